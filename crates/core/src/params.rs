@@ -1,0 +1,94 @@
+//! Settings handed to a protocol at construction, and limits on client input.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Timing and batching knobs shared by the protocols, plus protocol-specific options.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProtocolParams {
+    /// Interval between leader heartbeats.
+    pub heartbeat_ms: u64,
+    /// Election timeout is drawn uniformly from [min, max] (randomized, per node).
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Most client commands in one log entry (batch).
+    pub max_batch: usize,
+    /// Most instances a leader keeps in flight (proposed, not yet committed).
+    pub pipeline_window: usize,
+    /// Most instances sent in one catch-up message to a lagging replica.
+    pub catchup_chunk: usize,
+    /// Protocol-specific options (e.g. `prevote = "true"`), validated by the protocol.
+    pub options: BTreeMap<String, String>,
+}
+
+impl Default for ProtocolParams {
+    fn default() -> Self {
+        ProtocolParams {
+            heartbeat_ms: 50,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 600,
+            max_batch: 256,
+            pipeline_window: 64,
+            catchup_chunk: 256,
+            options: BTreeMap::new(),
+        }
+    }
+}
+
+impl ProtocolParams {
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms)
+    }
+
+    /// Check the values for consistency; the error says which setting is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.heartbeat_ms == 0 {
+            return Err("heartbeat_ms must be > 0".into());
+        }
+        if self.election_timeout_min_ms == 0 || self.election_timeout_min_ms > self.election_timeout_max_ms {
+            return Err(format!(
+                "election timeout range {}..{} ms is invalid (need 0 < min <= max)",
+                self.election_timeout_min_ms, self.election_timeout_max_ms
+            ));
+        }
+        if self.heartbeat_ms >= self.election_timeout_min_ms {
+            return Err(format!(
+                "heartbeat_ms ({}) must be below election_timeout_min_ms ({})",
+                self.heartbeat_ms, self.election_timeout_min_ms
+            ));
+        }
+        if self.max_batch == 0 || self.pipeline_window == 0 || self.catchup_chunk == 0 {
+            return Err("max_batch, pipeline_window and catchup_chunk must be > 0".into());
+        }
+        Ok(())
+    }
+
+    /// Read a boolean protocol option (absent = `default`).
+    pub fn flag(&self, name: &str, default: bool) -> Result<bool, String> {
+        match self.options.get(name).map(|s| s.as_str()) {
+            None => Ok(default),
+            Some("true" | "on" | "1" | "yes") => Ok(true),
+            Some("false" | "off" | "0" | "no") => Ok(false),
+            Some(v) => Err(format!("option {name}: expected true/false, got {v:?}")),
+        }
+    }
+}
+
+/// Limits on what clients may submit. Requests beyond them are refused with a clear error
+/// before they reach the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    pub max_key_bytes: usize,
+    pub max_value_bytes: usize,
+    /// Largest frame accepted on a client or peer connection.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_key_bytes: 64 * 1024, max_value_bytes: 16 * 1024 * 1024, max_frame_bytes: 64 * 1024 * 1024 }
+    }
+}

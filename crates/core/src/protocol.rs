@@ -1,0 +1,309 @@
+//! The protocol interface: events in, actions out.
+//!
+//! A protocol core never touches sockets, files, clocks, threads or global randomness. The
+//! driver (the tokio runtime or the simulator) calls [`Protocol::on_event`] with a [`Ctx`]
+//! that carries the replica's current time and a seeded RNG, and executes the [`Action`]s the
+//! protocol pushed into it.
+//!
+//! ## Ordering and durability contract (both drivers honour it)
+//! 1. Actions are executed in the order they were pushed.
+//! 2. A [`Action::Persist`] is durable (per the node's fsync mode) before any [`Action::Send`],
+//!    [`Action::Broadcast`] or [`Action::Reply`] pushed *after it* — in the same or a later
+//!    event — leaves the replica. So "persist the promise, then send it" is written exactly
+//!    like that. When the records are durable, [`Event::Persisted`] reports the token.
+//! 3. On restart, [`Protocol::recover`] receives every record persisted earlier (minus a torn
+//!    tail) in order, before any other event.
+//! 4. [`Action::Apply`] hands committed commands to the driver's state machine in the order
+//!    pushed; the driver replies to the client named in it with the result.
+
+use crate::kv::{Command, OpResult};
+use crate::time::Time;
+use crate::Rng;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Replica identifier. Ids are small integers chosen in the cluster configuration.
+pub type NodeId = u32;
+
+/// A timer chosen by the protocol. Setting a timer that is already armed re-arms it.
+pub type TimerId = u64;
+
+/// Where a command sits in the replicated order. Single-log protocols (MultiPaxos, Raft) use
+/// `space = 0` and the slot as `index`; EPaxos uses the command leader as `space` and its
+/// instance number as `index`; Mencius uses space 0 with slots owned round-robin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Pos {
+    pub space: u32,
+    pub index: u64,
+}
+
+impl Pos {
+    pub fn slot(index: u64) -> Pos {
+        Pos { space: 0, index }
+    }
+}
+
+impl std::fmt::Display for Pos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.space == 0 {
+            write!(f, "{}", self.index)
+        } else {
+            write!(f, "{}.{}", self.space, self.index)
+        }
+    }
+}
+
+/// A client connection as seen by the replica that received the request. `node` is that
+/// replica, so a protocol that forwards requests (IDEM §5.2, Nezha's proxies) can route the
+/// reply back; `conn` is opaque to protocols.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ClientRef {
+    pub node: NodeId,
+    pub conn: u64,
+}
+
+/// A reply to one client request, identified by its session (client, seq).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub client: u64,
+    pub seq: u64,
+    /// The replica that produced the reply (clients counting replies from several replicas
+    /// — Nezha fast/slow replies, IDEM rejects — need it).
+    pub from: NodeId,
+    pub body: ReplyBody,
+}
+
+/// What a replica answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplyBody {
+    /// The command was committed and executed; this is its result. Final.
+    Done(OpResult),
+    /// This replica does not serve the request; try the leader (if known).
+    NotLeader { leader: Option<NodeId> },
+    /// The request was refused for now (overload / admission control, IDEM §5.1); the client
+    /// may retry later or elsewhere. `reason` is for humans.
+    Rejected { reason: String },
+    /// A speculative reply, valid only when a client-side quorum of matching replies is seen
+    /// (Nezha fast path: `view` and `digest` must match across a super quorum). `result` is
+    /// present only in the leader's reply.
+    Speculative { view: u64, digest: u64, result: Option<OpResult> },
+    /// The request is invalid (e.g. value too large); the client must not retry.
+    Invalid { reason: String },
+}
+
+/// Inputs to a protocol.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A message from a peer replica. `sent_at` is the sender's clock when the runtime sent it
+    /// (Nezha's deadlines use it with the receiver's `ctx.now` to estimate one-way delays).
+    Message { from: NodeId, sent_at: Time, msg: Bytes },
+    /// A client request arriving at this replica. A client may send the same request to
+    /// several replicas (Nezha, IDEM): each one sees this event.
+    Request { client: ClientRef, cmd: Command },
+    /// A timer the protocol set has fired.
+    Timer(TimerId),
+    /// Records of an earlier [`Action::Persist`] are durable.
+    Persisted { token: u64 },
+    /// The snapshot requested by [`Action::TakeSnapshot`] is ready: the state machine after
+    /// every command applied up to the moment of the request.
+    SnapshotTaken { token: u64, data: Bytes },
+}
+
+/// Outputs of a protocol, executed by the driver in order.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Send a message to one peer (including follower-to-follower, e.g. Crossword gossip).
+    Send {
+        to: NodeId,
+        msg: Bytes,
+    },
+    /// Send a message to every other replica.
+    Broadcast {
+        msg: Bytes,
+    },
+    /// Make records durable; `token` comes back in [`Event::Persisted`].
+    Persist {
+        token: u64,
+        records: Vec<Bytes>,
+    },
+    /// Drop all persisted records and persist `records` instead (log compaction: the
+    /// protocol writes a compacted image of its durable state, e.g. a snapshot plus the log
+    /// suffix). Atomic: after a crash either the old or the new records are recovered.
+    RewriteDurable {
+        token: u64,
+        records: Vec<Bytes>,
+    },
+    /// Answer a client directly (redirects, rejects, speculative replies).
+    Reply {
+        client: ClientRef,
+        reply: Reply,
+    },
+    /// Apply a committed command to the state machine at `pos`; if `reply` names a client of
+    /// this replica, the driver answers it with the result.
+    Apply {
+        pos: Pos,
+        cmd: Command,
+        reply: Option<ClientRef>,
+    },
+    /// Arm (or re-arm) a timer.
+    SetTimer {
+        timer: TimerId,
+        after: Duration,
+    },
+    CancelTimer {
+        timer: TimerId,
+    },
+    /// Ask the driver for a snapshot of the state machine (answered by
+    /// [`Event::SnapshotTaken`]).
+    TakeSnapshot {
+        token: u64,
+    },
+    /// Replace the state machine with a snapshot (received from a peer or recovered).
+    InstallSnapshot {
+        data: Bytes,
+    },
+}
+
+/// What a driver hands the protocol with each event.
+pub struct Ctx<'a> {
+    /// This replica.
+    pub id: NodeId,
+    /// The replica's clock now (virtual in the simulator, possibly skewed).
+    pub now: Time,
+    /// Seeded randomness (election timeouts, backoff). The only randomness a protocol uses.
+    pub rng: &'a mut Rng,
+    /// Runtime self-monitoring inputs (HoliPaxos slowdown detector and similar).
+    pub load: LoadInfo,
+    actions: &'a mut Vec<Action>,
+}
+
+/// Observations the driver makes about the replica itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadInfo {
+    /// Client requests received by the driver but not yet handed to the protocol.
+    pub queued_requests: u64,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(id: NodeId, now: Time, rng: &'a mut Rng, actions: &'a mut Vec<Action>) -> Self {
+        Ctx { id, now, rng, load: LoadInfo::default(), actions }
+    }
+
+    pub fn push(&mut self, a: Action) {
+        self.actions.push(a);
+    }
+
+    /// Encode `msg` with postcard and send it to `to`.
+    pub fn send<M: Serialize>(&mut self, to: NodeId, msg: &M) {
+        let msg = encode(msg);
+        self.actions.push(Action::Send { to, msg });
+    }
+
+    /// Encode `msg` once and send it to every other replica.
+    pub fn broadcast<M: Serialize>(&mut self, msg: &M) {
+        let msg = encode(msg);
+        self.actions.push(Action::Broadcast { msg });
+    }
+
+    pub fn persist(&mut self, token: u64, records: Vec<Bytes>) {
+        self.actions.push(Action::Persist { token, records });
+    }
+
+    pub fn reply(&mut self, client: ClientRef, reply: Reply) {
+        self.actions.push(Action::Reply { client, reply });
+    }
+
+    pub fn apply(&mut self, pos: Pos, cmd: Command, reply: Option<ClientRef>) {
+        self.actions.push(Action::Apply { pos, cmd, reply });
+    }
+
+    pub fn set_timer(&mut self, timer: TimerId, after: Duration) {
+        self.actions.push(Action::SetTimer { timer, after });
+    }
+
+    pub fn cancel_timer(&mut self, timer: TimerId) {
+        self.actions.push(Action::CancelTimer { timer });
+    }
+
+    /// A duration drawn uniformly from `[min, max]` with the seeded RNG.
+    pub fn random_between(&mut self, min: Duration, max: Duration) -> Duration {
+        use rand::Rng as _;
+        if max <= min {
+            return min;
+        }
+        Duration::from_nanos(self.rng.gen_range(min.as_nanos() as u64..=max.as_nanos() as u64))
+    }
+}
+
+/// Encode a protocol message or record (postcard).
+pub fn encode<M: Serialize>(msg: &M) -> Bytes {
+    Bytes::from(postcard::to_allocvec(msg).expect("protocol messages serialize"))
+}
+
+/// Decode a protocol message or record; a malformed input is an error, never a panic.
+pub fn decode<'de, M: Deserialize<'de>>(bytes: &'de [u8]) -> Result<M, postcard::Error> {
+    postcard::from_bytes(bytes)
+}
+
+/// The role a replica plays right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    /// Leaderless protocols: every replica is a command leader for its own requests.
+    Replica,
+    /// Recovering state from peers.
+    Recovering,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Replica => "replica",
+            Role::Recovering => "recovering",
+        };
+        f.write_str(s)
+    }
+}
+
+/// What `/status` and `synod ctl status` show about a replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub id: NodeId,
+    pub protocol: String,
+    pub role: Role,
+    /// Ballot or term, printed the protocol's way.
+    pub ballot: String,
+    pub leader: Option<NodeId>,
+    /// Highest position known committed (single-log protocols: slot; others: count).
+    pub commit_index: u64,
+    /// Commands executed (applied to the state machine).
+    pub execute_index: u64,
+    /// Protocol-specific fields.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// A replication protocol core. Object safe, so the registry can hand out `Box<dyn Protocol>`.
+pub trait Protocol: Send {
+    /// Called once before any event: `records` are what this replica persisted before a
+    /// restart (empty on first start). The protocol rebuilds its durable state and arms its
+    /// initial timers.
+    fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>);
+
+    /// Handle one event.
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event);
+
+    fn status(&self) -> Status;
+
+    /// A one-line human-readable rendering of a peer message (for `synod check --trace`).
+    fn describe_message(&self, msg: &[u8]) -> String {
+        format!("<{} bytes>", msg.len())
+    }
+}

@@ -1,0 +1,232 @@
+//! Client sessions (exactly-once semantics) and the replicated state machine that combines
+//! them with the KV store.
+//!
+//! Every command carries (client, seq). The state machine remembers, per client, the results
+//! of requests whose reply may not have reached the client yet; a retry of such a request
+//! (after a timeout or a leader change) gets the original result and is not applied again.
+//! The client tells which results it no longer needs through `acked_below` (Raft thesis §6.3),
+//! which keeps the table small even when a client pipelines requests.
+
+use crate::kv::{Command, KvStore, OpResult};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Most sessions kept; the least recently active session is evicted beyond this. Eviction
+/// depends only on the sequence of applied commands, so every replica evicts the same ones.
+pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Session {
+    /// Results of applied requests with seq >= acked_below.
+    results: BTreeMap<u64, OpResult>,
+    /// Everything below has been acknowledged by the client and forgotten.
+    acked_below: u64,
+    /// Highest seq ever applied.
+    max_applied: u64,
+    /// Apply counter value at the last activity (for deterministic LRU eviction).
+    last_active: u64,
+}
+
+/// The outcome of applying a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Applied now.
+    Fresh(OpResult),
+    /// A retry of an applied request: the original result, not applied again.
+    Duplicate(OpResult),
+    /// A retry of a request whose result the client already acknowledged (or whose session
+    /// was evicted): it cannot be answered and was not applied.
+    Stale,
+}
+
+impl Applied {
+    /// The result to send to the client.
+    pub fn result(&self) -> OpResult {
+        match self {
+            Applied::Fresh(r) | Applied::Duplicate(r) => r.clone(),
+            Applied::Stale => OpResult::Error("stale request: already answered or session expired".into()),
+        }
+    }
+}
+
+/// KV store + session table: the replicated state machine. Its snapshot is one postcard blob.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateMachine {
+    kv: KvStore,
+    sessions: BTreeMap<u64, Session>,
+    /// Commands applied (including duplicates and no-ops); a logical clock for eviction.
+    applied: u64,
+    max_sessions: usize,
+}
+
+impl Default for StateMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StateMachine {
+    pub fn new() -> Self {
+        Self::with_max_sessions(DEFAULT_MAX_SESSIONS)
+    }
+
+    pub fn with_max_sessions(max_sessions: usize) -> Self {
+        StateMachine { kv: KvStore::new(), sessions: BTreeMap::new(), applied: 0, max_sessions: max_sessions.max(1) }
+    }
+
+    pub fn kv(&self) -> &KvStore {
+        &self.kv
+    }
+
+    /// Number of commands applied so far.
+    pub fn applied_count(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Apply one committed command, with exactly-once semantics for session commands.
+    /// Client 0 is "no session" (no-ops, internal commands): always applied.
+    pub fn apply(&mut self, cmd: &Command) -> Applied {
+        self.applied += 1;
+        if cmd.client == 0 {
+            return Applied::Fresh(self.kv.apply(&cmd.op));
+        }
+        let now = self.applied;
+        let is_new = !self.sessions.contains_key(&cmd.client);
+        let s = self.sessions.entry(cmd.client).or_default();
+        s.last_active = now;
+        // Forget results the client acknowledged.
+        if cmd.acked_below > s.acked_below {
+            s.acked_below = cmd.acked_below;
+            let keep = s.results.split_off(&cmd.acked_below);
+            s.results = keep;
+        }
+        let outcome = if let Some(r) = s.results.get(&cmd.seq) {
+            Applied::Duplicate(r.clone())
+        } else if is_new && cmd.acked_below > 1 {
+            // The client has had replies before, so its session existed and was evicted:
+            // we cannot tell whether this request was applied.
+            Applied::Stale
+        } else if cmd.seq < s.acked_below || (cmd.seq <= s.max_applied && !s.results.contains_key(&cmd.seq)) {
+            // Either acknowledged already, or applied and forgotten: never apply twice.
+            Applied::Stale
+        } else {
+            let r = self.kv.apply(&cmd.op);
+            s.results.insert(cmd.seq, r.clone());
+            s.max_applied = s.max_applied.max(cmd.seq);
+            Applied::Fresh(r)
+        };
+        if is_new && self.sessions.len() > self.max_sessions {
+            self.evict_one(cmd.client);
+        }
+        outcome
+    }
+
+    fn evict_one(&mut self, keep: u64) {
+        if let Some((&victim, _)) =
+            self.sessions.iter().filter(|(id, _)| **id != keep).min_by_key(|(id, s)| (s.last_active, **id))
+        {
+            self.sessions.remove(&victim);
+        }
+    }
+
+    /// Read-only query outside the log (used for lease/local reads): runs the operation
+    /// against the current state without touching sessions.
+    pub fn read(&self, op: &crate::kv::Op) -> OpResult {
+        self.kv.read(op)
+    }
+
+    /// Serialize the whole state (KV + sessions) for a snapshot.
+    pub fn snapshot(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("state machine serializes")
+    }
+
+    /// Replace the state with a snapshot produced by [`StateMachine::snapshot`].
+    pub fn restore(data: &[u8]) -> Result<StateMachine, String> {
+        postcard::from_bytes(data).map_err(|e| format!("corrupt state machine snapshot: {e}"))
+    }
+
+    /// A digest of the state for cross-replica comparison (FNV-1a over the snapshot bytes).
+    pub fn digest(&self) -> u64 {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for (k, v) in self.kv.iter() {
+            for b in k.iter().chain([0xffu8].iter()).chain(v.iter()).chain([0xfeu8].iter()) {
+                h ^= *b as u64;
+                h = h.wrapping_mul(0x100000001b3);
+            }
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::Op;
+    use bytes::Bytes;
+
+    fn put(client: u64, seq: u64, acked_below: u64, v: &str) -> Command {
+        Command {
+            client,
+            seq,
+            acked_below,
+            op: Op::Put { key: Bytes::from_static(b"k"), value: Bytes::copy_from_slice(v.as_bytes()) },
+        }
+    }
+
+    #[test]
+    fn retries_are_applied_once() {
+        let mut sm = StateMachine::new();
+        assert_eq!(sm.apply(&put(7, 1, 1, "a")), Applied::Fresh(OpResult::Done));
+        sm.apply(&put(8, 1, 1, "b"));
+        // Retry of (7,1) after (8,1) overwrote: must not re-apply "a".
+        assert_eq!(sm.apply(&put(7, 1, 1, "a")), Applied::Duplicate(OpResult::Done));
+        assert_eq!(sm.kv().get(b"k").unwrap(), &Bytes::from_static(b"b"));
+    }
+
+    #[test]
+    fn pipelined_results_kept_until_acked() {
+        let mut sm = StateMachine::new();
+        sm.apply(&put(1, 1, 1, "a"));
+        sm.apply(&put(1, 2, 1, "b"));
+        sm.apply(&put(1, 3, 1, "c"));
+        assert!(matches!(sm.apply(&put(1, 2, 1, "b")), Applied::Duplicate(_)));
+        // Client acknowledges 1 and 2.
+        sm.apply(&put(1, 4, 3, "d"));
+        assert_eq!(sm.apply(&put(1, 2, 3, "b")), Applied::Stale);
+        assert!(matches!(sm.apply(&put(1, 3, 3, "c")), Applied::Duplicate(_)));
+        assert_eq!(sm.kv().get(b"k").unwrap(), &Bytes::from_static(b"d"));
+    }
+
+    #[test]
+    fn eviction_is_deterministic_and_bounded() {
+        let mut a = StateMachine::with_max_sessions(3);
+        for c in 1..=10 {
+            a.apply(&put(c, 1, 1, "x"));
+        }
+        assert_eq!(a.session_count(), 3);
+        let mut b = StateMachine::with_max_sessions(3);
+        for c in 1..=10 {
+            b.apply(&put(c, 1, 1, "x"));
+        }
+        assert_eq!(a, b);
+        // Session 1 was evicted: a later request of it (which has seen replies) is refused
+        // rather than risk applying a retry twice.
+        assert_eq!(a.apply(&put(1, 2, 2, "y")), Applied::Stale);
+        assert_eq!(a.kv().get(b"k").unwrap(), &Bytes::from_static(b"x"));
+    }
+
+    #[test]
+    fn snapshot_round_trip_includes_sessions() {
+        let mut sm = StateMachine::new();
+        sm.apply(&put(5, 1, 1, "v"));
+        let snap = sm.snapshot();
+        let mut r = StateMachine::restore(&snap).unwrap();
+        assert_eq!(r, sm);
+        assert!(matches!(r.apply(&put(5, 1, 1, "v")), Applied::Duplicate(_)));
+        assert!(StateMachine::restore(&snap[..snap.len() / 2]).is_err());
+    }
+}

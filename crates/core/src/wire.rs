@@ -1,0 +1,116 @@
+//! The native client protocol and the length-prefixed framing shared by client and peer
+//! connections: a 4-byte big-endian length, then a postcard payload.
+
+use crate::kv::Command;
+use crate::protocol::{Reply, Status};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+/// First bytes a client sends, so a stray connection (HTTP, Redis) is recognized and closed
+/// with a clear log line instead of being parsed as frames.
+pub const CLIENT_MAGIC: &[u8; 8] = b"SYNODCL1";
+/// First bytes a peer sends, followed by a [`PeerHello`] frame.
+pub const PEER_MAGIC: &[u8; 8] = b"SYNODPR1";
+
+/// Client → replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    Request(Command),
+    Status,
+}
+
+/// Replica → client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ServerMsg {
+    Reply(Reply),
+    Status(Status),
+}
+
+/// First frame on a peer connection: who is calling, and which cluster it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerHello {
+    pub cluster: String,
+    pub from: u32,
+}
+
+/// Errors while reading frames. Every one closes the connection; none panics.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("frame of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    #[error("bad connection preamble (not a synod {0} connection)")]
+    BadMagic(&'static str),
+}
+
+/// Append one frame (length + payload) to `out`.
+pub fn put_frame(out: &mut BytesMut, payload: &[u8]) {
+    out.reserve(4 + payload.len());
+    out.put_u32(payload.len() as u32);
+    out.put_slice(payload);
+}
+
+/// Encode a message as one frame.
+pub fn frame<M: Serialize>(msg: &M) -> Bytes {
+    let payload = postcard::to_allocvec(msg).expect("wire messages serialize");
+    let mut out = BytesMut::with_capacity(4 + payload.len());
+    put_frame(&mut out, &payload);
+    out.freeze()
+}
+
+/// Split one complete frame off the front of `buf`, if there is one. A length above `limit`
+/// is an error before any of the payload is buffered.
+pub fn take_frame(buf: &mut BytesMut, limit: usize) -> Result<Option<Bytes>, FrameError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > limit {
+        return Err(FrameError::TooLarge { size: len, limit });
+    }
+    if buf.len() < 4 + len {
+        buf.reserve(4 + len - buf.len());
+        return Ok(None);
+    }
+    buf.advance(4);
+    Ok(Some(buf.split_to(len).freeze()))
+}
+
+/// Decode a frame payload.
+pub fn decode_payload<'de, M: Deserialize<'de>>(payload: &'de [u8]) -> Result<M, FrameError> {
+    postcard::from_bytes(payload).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::{Command, Op};
+
+    #[test]
+    fn frames_round_trip_and_split() {
+        let m = ClientMsg::Request(Command {
+            client: 1,
+            seq: 2,
+            acked_below: 1,
+            op: Op::Get { key: Bytes::from_static(b"k") },
+        });
+        let f = frame(&m);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&f[..3]);
+        assert_eq!(take_frame(&mut buf, 1024).unwrap(), None);
+        buf.extend_from_slice(&f[3..]);
+        buf.extend_from_slice(&f);
+        let p = take_frame(&mut buf, 1024).unwrap().unwrap();
+        assert_eq!(decode_payload::<ClientMsg>(&p).unwrap(), m);
+        assert!(take_frame(&mut buf, 1024).unwrap().is_some());
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn oversized_and_garbage_are_errors() {
+        let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff, 1, 2][..]);
+        assert!(matches!(take_frame(&mut buf, 1024), Err(FrameError::TooLarge { .. })));
+        assert!(decode_payload::<ClientMsg>(&[0xff, 0xff, 0xff]).is_err());
+    }
+}

@@ -1,0 +1,54 @@
+//! The protocol registry: name → constructor. Adding a protocol means adding one entry here.
+
+use synod_core::{NodeId, Protocol, ProtocolParams};
+
+/// What a protocol needs to know to construct a replica.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// This replica.
+    pub id: NodeId,
+    /// All members of the cluster, this replica included, in a fixed order.
+    pub members: Vec<NodeId>,
+    pub params: ProtocolParams,
+}
+
+/// One registered protocol.
+pub struct ProtocolInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Whether clients should look for a single leader (redirects) or may talk to any replica.
+    pub leader_based: bool,
+    /// Construct a replica; the error explains a bad option.
+    pub build: fn(&Setup) -> Result<Box<dyn Protocol>, String>,
+}
+
+impl std::fmt::Debug for ProtocolInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtocolInfo").field("name", &self.name).finish()
+    }
+}
+
+static REGISTRY: &[ProtocolInfo] = &[ProtocolInfo {
+    name: "multipaxos",
+    description: "MultiPaxos with a stable leader, phase-2 pipelining, adaptive batching, catch-up",
+    leader_based: true,
+    build: crate::multipaxos::build,
+}];
+
+/// Every registered protocol.
+pub fn all() -> &'static [ProtocolInfo] {
+    REGISTRY
+}
+
+/// Names of the registered protocols.
+pub fn names() -> Vec<&'static str> {
+    REGISTRY.iter().map(|p| p.name).collect()
+}
+
+/// Look a protocol up by name; the error lists the known ones.
+pub fn find(name: &str) -> Result<&'static ProtocolInfo, String> {
+    REGISTRY
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name))
+        .ok_or_else(|| format!("unknown protocol {name:?}; known protocols: {}", names().join(", ")))
+}
