@@ -32,25 +32,29 @@ pub type TimerId = u64;
 
 /// Where a command sits in the replicated order. Single-log protocols (MultiPaxos, Raft) use
 /// `space = 0` and the slot as `index`; EPaxos uses the command leader as `space` and its
-/// instance number as `index`; Mencius uses space 0 with slots owned round-robin.
+/// instance number as `index`; Mencius uses space 0 with slots owned round-robin. `sub` is
+/// the command's place within the entry's batch. Every replica must apply the same command at
+/// the same `Pos` (the simulator checks it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Pos {
     pub space: u32,
     pub index: u64,
+    pub sub: u32,
 }
 
 impl Pos {
-    pub fn slot(index: u64) -> Pos {
-        Pos { space: 0, index }
+    /// Command `sub` of the batch in slot `index` of a single log.
+    pub fn slot(index: u64, sub: u32) -> Pos {
+        Pos { space: 0, index, sub }
     }
 }
 
 impl std::fmt::Display for Pos {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.space == 0 {
-            write!(f, "{}", self.index)
+            write!(f, "{}:{}", self.index, self.sub)
         } else {
-            write!(f, "{}.{}", self.space, self.index)
+            write!(f, "{}.{}:{}", self.space, self.index, self.sub)
         }
     }
 }
