@@ -7,4 +7,30 @@
 pub mod multipaxos;
 pub mod registry;
 
+/// Deliberately broken protocol variants, registered only for the mutation tests that prove
+/// the checkers can fail. Never reachable from the CLI.
+#[cfg(feature = "mutants")]
+pub mod mutants {
+    use crate::registry::ProtocolInfo;
+
+    static MUTANTS: &[ProtocolInfo] = &[
+        ProtocolInfo {
+            name: "multipaxos-bad-quorum",
+            description: "MultiPaxos committing with n/2 replies (non-intersecting quorums)",
+            leader_based: true,
+            build: crate::multipaxos::mutants::build_bad_quorum,
+        },
+        ProtocolInfo {
+            name: "multipaxos-early-exec",
+            description: "MultiPaxos whose followers execute accepted, not yet chosen, values",
+            leader_based: true,
+            build: crate::multipaxos::mutants::build_early_exec,
+        },
+    ];
+
+    pub fn all() -> &'static [ProtocolInfo] {
+        MUTANTS
+    }
+}
+
 pub use registry::{find, names, ProtocolInfo, Setup};
