@@ -6,6 +6,27 @@ use crate::kv::Command;
 use crate::protocol::ClientRef;
 use std::collections::VecDeque;
 
+/// A client waiting for the command it sent, once that command is executed. A leader records
+/// waiters for the entries it proposes; another leader may later fill the same position with a
+/// different command, so a waiter is answered only if the executed command is its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    pub client: ClientRef,
+    /// (client id, seq) of the command it waits for.
+    pub session: (u64, u64),
+}
+
+impl Waiter {
+    pub fn for_pending(p: &Pending) -> Option<Waiter> {
+        p.client.map(|client| Waiter { client, session: (p.cmd.client, p.cmd.seq) })
+    }
+
+    /// The client to answer if `cmd` is the command this waiter waits for.
+    pub fn matching(waiter: Option<&Option<Waiter>>, cmd: &Command) -> Option<ClientRef> {
+        waiter.copied().flatten().filter(|w| w.session == (cmd.client, cmd.seq)).map(|w| w.client)
+    }
+}
+
 /// One queued request and the client to answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {

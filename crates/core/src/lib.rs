@@ -14,6 +14,7 @@ pub mod params;
 pub mod protocol;
 pub mod quorum;
 pub mod session;
+pub mod snapshot;
 pub mod time;
 pub mod wire;
 

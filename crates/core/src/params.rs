@@ -19,6 +19,14 @@ pub struct ProtocolParams {
     pub pipeline_window: usize,
     /// Most instances sent in one catch-up message to a lagging replica.
     pub catchup_chunk: usize,
+    /// Take a snapshot of the state machine every this many executed entries (0 = never).
+    /// etcd's default is 10,000.
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind a snapshot so slightly lagging followers catch up from
+    /// the log instead of receiving the snapshot (etcd keeps 5,000).
+    pub snapshot_keep: u64,
+    /// Snapshot bytes per InstallSnapshot chunk.
+    pub snapshot_chunk_bytes: usize,
     /// Protocol-specific options (e.g. `prevote = "true"`), validated by the protocol.
     pub options: BTreeMap<String, String>,
 }
@@ -32,6 +40,9 @@ impl Default for ProtocolParams {
             max_batch: 256,
             pipeline_window: 64,
             catchup_chunk: 256,
+            snapshot_every: 10_000,
+            snapshot_keep: 5_000,
+            snapshot_chunk_bytes: 1 << 20,
             options: BTreeMap::new(),
         }
     }
@@ -62,7 +73,19 @@ impl ProtocolParams {
         if self.max_batch == 0 || self.pipeline_window == 0 || self.catchup_chunk == 0 {
             return Err("max_batch, pipeline_window and catchup_chunk must be > 0".into());
         }
+        if self.snapshot_chunk_bytes == 0 {
+            return Err("snapshot_chunk_bytes must be > 0".into());
+        }
         Ok(())
+    }
+
+    /// Refuse options the protocol does not know (`known` lists the ones it does).
+    pub fn check_options(&self, protocol: &str, known: &[&str]) -> Result<(), String> {
+        match self.options.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) if known.is_empty() => Err(format!("{protocol} has no option {k:?}")),
+            Some(k) => Err(format!("{protocol} has no option {k:?} (known: {})", known.join(", "))),
+        }
     }
 
     /// Read a boolean protocol option (absent = `default`).

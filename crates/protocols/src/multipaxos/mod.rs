@@ -28,7 +28,7 @@ use crate::registry::Setup;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use synod_core::batch::Batcher;
+use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
 use synod_core::protocol::{decode, encode};
 use synod_core::quorum::{majority, QuorumTracker};
@@ -68,13 +68,6 @@ struct Entry {
 struct InFlight {
     acks: QuorumTracker,
     sent_at: Time,
-}
-
-/// A client to answer when the command it sent is executed.
-#[derive(Clone, Copy, Debug)]
-struct Waiter {
-    client: ClientRef,
-    session: (u64, u64),
 }
 
 /// Candidate-side bookkeeping for phase 1.
@@ -131,9 +124,7 @@ impl MultiPaxos {
         if !setup.members.contains(&setup.id) {
             return Err(format!("node {} is not among the members {:?}", setup.id, setup.members));
         }
-        if let Some(k) = setup.params.options.keys().next() {
-            return Err(format!("multipaxos has no option {k:?}"));
-        }
+        setup.params.check_options("multipaxos", &[])?;
         let quorum = variant.quorum_override.unwrap_or_else(|| majority(setup.members.len()));
         Ok(MultiPaxos {
             id: setup.id,
@@ -352,10 +343,7 @@ impl MultiPaxos {
             let batch = self.queue.take(self.params.max_batch, MAX_BATCH_BYTES);
             let slot = self.next_slot;
             self.next_slot += 1;
-            let clients: Vec<Option<Waiter>> = batch
-                .iter()
-                .map(|p| p.client.map(|client| Waiter { client, session: (p.cmd.client, p.cmd.seq) }))
-                .collect();
+            let clients: Vec<Option<Waiter>> = batch.iter().map(Waiter::for_pending).collect();
             let value: Batch = batch.into_iter().map(|p| p.cmd).collect();
             self.log.set(slot, Entry { ballot: self.promised, value: value.clone() }, SlotState::InProgress);
             records.push(Record::Accept { slot, ballot: self.promised, value: value.clone() });
@@ -579,8 +567,7 @@ impl MultiPaxos {
         while let Some((slot, entry)) = self.log.next_to_execute() {
             let clients = self.waiting.remove(&slot).unwrap_or_default();
             for (i, cmd) in entry.value.iter().enumerate() {
-                let reply =
-                    clients.get(i).copied().flatten().filter(|w| w.session == (cmd.client, cmd.seq)).map(|w| w.client);
+                let reply = Waiter::matching(clients.get(i), cmd);
                 ctx.apply(Pos::slot(slot, i as u32), cmd.clone(), reply);
             }
             self.log.advance_exec();

@@ -1,0 +1,45 @@
+//! Raft messages and durable records (Ongaro & Ousterhout, Fig. 2, plus PreVote §9.6 of the
+//! thesis and InstallSnapshot §7).
+
+use serde::{Deserialize, Serialize};
+use synod_core::{Command, NodeId};
+
+/// A log entry's payload: a batch of client commands (empty = the leader's no-op).
+pub type Batch = Vec<Command>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub term: u64,
+    pub value: Batch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Msg {
+    /// RequestVote. With `pre_vote`, `term` is the term the candidate *would* use and nobody
+    /// changes state (thesis §9.6).
+    RequestVote { term: u64, last_index: u64, last_term: u64, pre_vote: bool },
+    Vote { term: u64, granted: bool, pre_vote: bool },
+    /// AppendEntries: `entries` follow `prev_index`; empty entries = heartbeat.
+    Append { term: u64, prev_index: u64, prev_term: u64, entries: Vec<Entry>, commit: u64 },
+    /// Reply to Append. On success `index` is the follower's match index; on failure it is a
+    /// hint where the leader should retry (fast back-up by term: the first index of the
+    /// conflicting term, or the follower's last index + 1).
+    AppendResp { term: u64, success: bool, index: u64 },
+    /// One chunk of a snapshot for a follower whose next entry was compacted away.
+    Snapshot { term: u64, index: u64, snap_term: u64, offset: u64, total: u64, data: Vec<u8> },
+    /// The follower has `offset` bytes of the snapshot (or, with `done`, installed it).
+    SnapshotResp { term: u64, index: u64, offset: u64, done: bool },
+}
+
+/// What Raft persists, replayed in order on restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    /// currentTerm and votedFor.
+    HardState { term: u64, voted_for: Option<NodeId> },
+    /// Entries starting at `first`; everything after `first - 1` that was there is replaced.
+    Entries { first: u64, entries: Vec<Entry> },
+    /// Everything up to `upto` is committed (written lazily; only speeds up restart).
+    Commit(u64),
+    /// A snapshot of the state machine covering the log up to `index` (term `term`).
+    Snapshot { index: u64, term: u64, data: Vec<u8> },
+}
