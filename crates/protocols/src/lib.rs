@@ -7,6 +7,9 @@
 pub mod multipaxos;
 pub mod registry;
 
+#[cfg(test)]
+mod testnet;
+
 /// Deliberately broken protocol variants, registered only for the mutation tests that prove
 /// the checkers can fail. Never reachable from the CLI.
 #[cfg(feature = "mutants")]
