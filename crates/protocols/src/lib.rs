@@ -5,6 +5,7 @@
 //! here and call its constructor.
 
 pub mod multipaxos;
+pub mod raft;
 pub mod registry;
 
 #[cfg(test)]
@@ -22,6 +23,12 @@ pub mod mutants {
             description: "MultiPaxos committing with n/2 replies (non-intersecting quorums)",
             leader_based: true,
             build: crate::multipaxos::mutants::build_bad_quorum,
+        },
+        ProtocolInfo {
+            name: "raft-commit-old-terms",
+            description: "Raft committing earlier-term entries by counting replicas (paper Fig. 8)",
+            leader_based: true,
+            build: crate::raft::build_commit_old_terms,
         },
         ProtocolInfo {
             name: "multipaxos-early-exec",

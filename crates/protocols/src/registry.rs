@@ -28,12 +28,26 @@ impl std::fmt::Debug for ProtocolInfo {
     }
 }
 
-static REGISTRY: &[ProtocolInfo] = &[ProtocolInfo {
-    name: "multipaxos",
-    description: "MultiPaxos with a stable leader, phase-2 pipelining, adaptive batching, catch-up",
-    leader_based: true,
-    build: crate::multipaxos::build,
-}];
+static REGISTRY: &[ProtocolInfo] = &[
+    ProtocolInfo {
+        name: "multipaxos",
+        description: "MultiPaxos with a stable leader, phase-2 pipelining, adaptive batching, catch-up",
+        leader_based: true,
+        build: crate::multipaxos::build,
+    },
+    ProtocolInfo {
+        name: "raft",
+        description: "Raft (options prevote, check_quorum default off), snapshots + InstallSnapshot",
+        leader_based: true,
+        build: crate::raft::build,
+    },
+    ProtocolInfo {
+        name: "raft+",
+        description: "Raft with PreVote and CheckQuorum on (HoliPaxos's Raft+ baseline)",
+        leader_based: true,
+        build: crate::raft::build_plus,
+    },
+];
 
 /// Every registered protocol.
 pub fn all() -> &'static [ProtocolInfo] {

@@ -17,18 +17,49 @@ pub struct Entry {
 pub enum Msg {
     /// RequestVote. With `pre_vote`, `term` is the term the candidate *would* use and nobody
     /// changes state (thesis §9.6).
-    RequestVote { term: u64, last_index: u64, last_term: u64, pre_vote: bool },
-    Vote { term: u64, granted: bool, pre_vote: bool },
+    RequestVote {
+        term: u64,
+        last_index: u64,
+        last_term: u64,
+        pre_vote: bool,
+    },
+    Vote {
+        term: u64,
+        granted: bool,
+        pre_vote: bool,
+    },
     /// AppendEntries: `entries` follow `prev_index`; empty entries = heartbeat.
-    Append { term: u64, prev_index: u64, prev_term: u64, entries: Vec<Entry>, commit: u64 },
+    Append {
+        term: u64,
+        prev_index: u64,
+        prev_term: u64,
+        entries: Vec<Entry>,
+        commit: u64,
+    },
     /// Reply to Append. On success `index` is the follower's match index; on failure it is a
     /// hint where the leader should retry (fast back-up by term: the first index of the
     /// conflicting term, or the follower's last index + 1).
-    AppendResp { term: u64, success: bool, index: u64 },
+    AppendResp {
+        term: u64,
+        success: bool,
+        index: u64,
+    },
     /// One chunk of a snapshot for a follower whose next entry was compacted away.
-    Snapshot { term: u64, index: u64, snap_term: u64, offset: u64, total: u64, data: Vec<u8> },
+    Snapshot {
+        term: u64,
+        index: u64,
+        snap_term: u64,
+        offset: u64,
+        total: u64,
+        data: Vec<u8>,
+    },
     /// The follower has `offset` bytes of the snapshot (or, with `done`, installed it).
-    SnapshotResp { term: u64, index: u64, offset: u64, done: bool },
+    SnapshotResp {
+        term: u64,
+        index: u64,
+        offset: u64,
+        done: bool,
+    },
 }
 
 /// What Raft persists, replayed in order on restart.

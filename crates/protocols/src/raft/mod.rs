@@ -1,0 +1,916 @@
+//! Raft (Ongaro & Ousterhout, "In Search of an Understandable Consensus Algorithm", and the
+//! thesis for PreVote §9.6, CheckQuorum §6.2/§9.6, log compaction §5).
+//!
+//! Reading order, top-down (section numbers of the paper):
+//! 1. **Leader election (§5.2)** — a follower whose election timer expires becomes candidate
+//!    for `term + 1`, votes for itself and asks for votes; a voter grants at most one vote per
+//!    term, only to a candidate whose log is at least as up-to-date as its own (§5.4.1).
+//!    *PreVote* (option `prevote`): first ask whether a vote *would* be granted, without
+//!    changing any term, so a partitioned node cannot disrupt a working leader when it returns.
+//!    *CheckQuorum* (option `check_quorum`): a leader that has not heard from a majority for an
+//!    election timeout steps down, and a node that hears from a live leader ignores vote
+//!    requests (leader stickiness). `raft` = both off; `raft+` = both on (the HoliPaxos
+//!    evaluation's "Raft+").
+//! 2. **Log replication (§5.3)** — the leader appends client batches to its log and sends
+//!    AppendEntries with the (index, term) of the preceding entry; a follower accepts only if
+//!    it has that entry (consistency check), truncating a conflicting suffix. On a rejection
+//!    the follower hints the first index of the conflicting term so the leader backs up a term
+//!    at a time. Replication is pipelined (up to `pipeline_window` messages in flight per
+//!    follower); heartbeats are empty AppendEntries.
+//! 3. **Commitment (§5.3, §5.4.2)** — an entry is committed once a majority stores it *and* it
+//!    is from the leader's current term (earlier-term entries commit indirectly). A new leader
+//!    appends a no-op so this happens promptly.
+//! 4. **Log compaction (§7)** — every `snapshot_every` executed entries the state machine is
+//!    snapshotted, the log behind it (minus `snapshot_keep` entries for catch-up) is dropped,
+//!    and the durable state is rewritten as hard state + snapshot + log suffix. A follower that
+//!    needs a compacted entry receives the snapshot in chunks (InstallSnapshot).
+
+mod msg;
+
+pub use msg::{Batch, Entry, Msg, Record};
+
+use crate::registry::Setup;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use synod_core::batch::{Batcher, Waiter};
+use synod_core::log::{InstanceLog, SlotState};
+use synod_core::protocol::{decode, encode};
+use synod_core::quorum::{majority, QuorumTracker};
+use synod_core::snapshot::{chunk, ChunkAssembler, Snapshot, SnapshotPolicy};
+use synod_core::{
+    Action, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, Reply, ReplyBody, Role, Status,
+    Time, TimerId,
+};
+
+const TIMER_ELECTION: TimerId = 1;
+const TIMER_HEARTBEAT: TimerId = 2;
+/// Most bytes of commands in one entry.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// `raft`: plain Raft (options may turn PreVote/CheckQuorum on).
+pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    Ok(Box::new(Raft::new(setup, "raft", false)?))
+}
+
+/// `raft+`: Raft with PreVote and CheckQuorum on by default.
+pub fn build_plus(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    Ok(Box::new(Raft::new(setup, "raft+", true)?))
+}
+
+/// Deliberate bug for the mutation test: commit entries of earlier terms by counting replicas
+/// (the Figure 8 scenario of the paper).
+#[cfg(feature = "mutants")]
+pub fn build_commit_old_terms(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    let mut r = Raft::new(setup, "raft-commit-old-terms", true)?;
+    r.commit_old_terms = true;
+    Ok(Box::new(r))
+}
+
+/// The leader's view of one follower (§5.3 nextIndex/matchIndex, plus flow control).
+#[derive(Clone, Debug)]
+struct Progress {
+    next: u64,
+    matched: u64,
+    in_flight: usize,
+    last_heard: Time,
+    last_sent: Time,
+    /// Bytes of the snapshot the follower acknowledged, while it is being sent one.
+    snapshot_offset: Option<u64>,
+}
+
+pub struct Raft {
+    id: NodeId,
+    name: &'static str,
+    members: Vec<NodeId>,
+    params: ProtocolParams,
+    prevote: bool,
+    check_quorum: bool,
+    commit_old_terms: bool,
+    policy: SnapshotPolicy,
+
+    // Persistent state (Fig. 2).
+    term: u64,
+    voted_for: Option<NodeId>,
+    log: InstanceLog<Entry>,
+    snapshot: Option<Snapshot>,
+
+    // Volatile state.
+    role: Role,
+    leader: Option<NodeId>,
+    commit: u64,
+    persisted_commit: u64,
+    /// When this node last heard from a leader of its term (leader stickiness).
+    last_leader_contact: Option<Time>,
+    votes: QuorumTracker,
+    /// A pre-election is running (votes asked for `term + 1` without changing term).
+    pre_candidate: bool,
+    broken: Option<String>,
+
+    // Leader state.
+    progress: BTreeMap<NodeId, Progress>,
+    queue: Batcher,
+    waiting: BTreeMap<u64, Vec<Option<Waiter>>>,
+
+    // Snapshots.
+    snapshot_pending: Option<(u64, u64, u64)>, // (token, index, term)
+    next_token: u64,
+    incoming: ChunkAssembler,
+}
+
+impl Raft {
+    fn new(setup: &Setup, name: &'static str, plus: bool) -> Result<Raft, String> {
+        let p = &setup.params;
+        p.validate()?;
+        p.check_options(name, &["prevote", "check_quorum"])?;
+        if !setup.members.contains(&setup.id) {
+            return Err(format!("node {} is not among the members {:?}", setup.id, setup.members));
+        }
+        Ok(Raft {
+            id: setup.id,
+            name,
+            members: setup.members.clone(),
+            params: p.clone(),
+            prevote: p.flag("prevote", plus)?,
+            check_quorum: p.flag("check_quorum", plus)?,
+            commit_old_terms: false,
+            policy: SnapshotPolicy::from_params(p),
+            term: 0,
+            voted_for: None,
+            log: InstanceLog::new(),
+            snapshot: None,
+            role: Role::Follower,
+            leader: None,
+            commit: 0,
+            persisted_commit: 0,
+            last_leader_contact: None,
+            votes: QuorumTracker::majority_of(setup.members.len()),
+            pre_candidate: false,
+            broken: None,
+            progress: BTreeMap::new(),
+            queue: Batcher::new(),
+            waiting: BTreeMap::new(),
+            snapshot_pending: None,
+            next_token: 1,
+            incoming: ChunkAssembler::default(),
+        })
+    }
+
+    fn quorum(&self) -> usize {
+        majority(self.members.len())
+    }
+
+    fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.members.iter().copied().filter(move |m| *m != self.id)
+    }
+
+    fn last_index(&self) -> u64 {
+        self.log.last_index()
+    }
+
+    /// Term of the entry at `index` (0 for index 0; the snapshot's term at its index); None
+    /// if unknown (compacted or beyond the log).
+    fn term_at(&self, index: u64) -> Option<u64> {
+        if index == 0 {
+            return Some(0);
+        }
+        if let Some(s) = &self.snapshot {
+            if s.index == index {
+                return Some(s.term);
+            }
+        }
+        self.log.get(index).map(|s| s.value.term)
+    }
+
+    fn last_term(&self) -> u64 {
+        self.term_at(self.last_index()).unwrap_or(0)
+    }
+
+    fn persist(&self, ctx: &mut Ctx<'_>, records: Vec<Record>) {
+        ctx.persist(0, records.iter().map(encode).collect());
+    }
+
+    fn persist_hard_state(&self, ctx: &mut Ctx<'_>) {
+        self.persist(ctx, vec![Record::HardState { term: self.term, voted_for: self.voted_for }]);
+    }
+
+    fn election_timeout_min(&self) -> Duration {
+        Duration::from_millis(self.params.election_timeout_min_ms)
+    }
+
+    fn reset_election_timer(&self, ctx: &mut Ctx<'_>) {
+        let min = self.election_timeout_min();
+        let max = Duration::from_millis(self.params.election_timeout_max_ms);
+        let after = ctx.random_between(min, max);
+        ctx.set_timer(TIMER_ELECTION, after);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // §5.2 Leader election (with PreVote)
+    // ---------------------------------------------------------------------------------------
+
+    fn on_election_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role == Role::Leader {
+            self.check_quorum_tick(ctx);
+            return;
+        }
+        if self.prevote {
+            self.campaign(ctx, true);
+        } else {
+            self.campaign(ctx, false);
+        }
+    }
+
+    fn campaign(&mut self, ctx: &mut Ctx<'_>, pre: bool) {
+        self.role = Role::Candidate;
+        self.leader = None;
+        self.pre_candidate = pre;
+        self.votes = QuorumTracker::majority_of(self.members.len());
+        let term = if pre {
+            self.term + 1
+        } else {
+            self.term += 1;
+            self.voted_for = Some(self.id);
+            self.persist_hard_state(ctx);
+            self.term
+        };
+        self.votes.ack(self.id);
+        self.reset_election_timer(ctx);
+        if self.votes.reached() {
+            self.won_vote(ctx);
+            return;
+        }
+        ctx.broadcast(&Msg::RequestVote {
+            term,
+            last_index: self.last_index(),
+            last_term: self.last_term(),
+            pre_vote: pre,
+        });
+    }
+
+    /// Whether a candidate's log is at least as up-to-date as ours (§5.4.1).
+    fn log_ok(&self, last_index: u64, last_term: u64) -> bool {
+        (last_term, last_index) >= (self.last_term(), self.last_index())
+    }
+
+    /// CheckQuorum's leader stickiness: we heard from a live leader within the minimum
+    /// election timeout, so a vote request is a disruption, not a failure.
+    fn in_lease(&self, now: Time) -> bool {
+        match (self.role, self.last_leader_contact) {
+            (Role::Leader, _) => true,
+            (_, Some(t)) => self.leader.is_some() && now.since(t) < self.election_timeout_min(),
+            _ => false,
+        }
+    }
+
+    fn on_request_vote(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: (u64, u64, u64, bool)) {
+        let (term, last_index, last_term, pre_vote) = m;
+        if term > self.term && (pre_vote || self.check_quorum) && self.in_lease(ctx.now) {
+            // Thesis §9.6: ignore while a leader is known to be alive.
+            return;
+        }
+        if pre_vote {
+            let granted = term > self.term && self.log_ok(last_index, last_term);
+            let reply_term = if granted { term } else { self.term };
+            ctx.send(from, &Msg::Vote { term: reply_term, granted, pre_vote: true });
+            return;
+        }
+        if term > self.term {
+            self.become_follower(ctx, term, None);
+        }
+        let granted =
+            term == self.term && self.voted_for.is_none_or(|v| v == from) && self.log_ok(last_index, last_term);
+        if granted && self.voted_for.is_none() {
+            self.voted_for = Some(from);
+            self.persist_hard_state(ctx);
+        }
+        if granted {
+            self.reset_election_timer(ctx);
+        }
+        ctx.send(from, &Msg::Vote { term: self.term, granted, pre_vote: false });
+    }
+
+    fn on_vote(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, granted: bool, pre_vote: bool) {
+        if self.role != Role::Candidate || pre_vote != self.pre_candidate {
+            if term > self.term && !pre_vote {
+                self.become_follower(ctx, term, None);
+            }
+            return;
+        }
+        let asked = if pre_vote { self.term + 1 } else { self.term };
+        if term > asked || (!granted && term > self.term) {
+            self.become_follower(ctx, term, None);
+            return;
+        }
+        if granted && term == asked && self.votes.ack(from) {
+            self.won_vote(ctx);
+        }
+    }
+
+    fn won_vote(&mut self, ctx: &mut Ctx<'_>) {
+        if self.pre_candidate {
+            self.campaign(ctx, false);
+        } else {
+            self.become_leader(ctx);
+        }
+    }
+
+    fn become_follower(&mut self, ctx: &mut Ctx<'_>, term: u64, leader: Option<NodeId>) {
+        let was_leader = self.role == Role::Leader;
+        if term > self.term {
+            self.term = term;
+            self.voted_for = None;
+            self.persist_hard_state(ctx);
+        }
+        self.role = Role::Follower;
+        self.pre_candidate = false;
+        self.leader = leader;
+        self.progress.clear();
+        if was_leader {
+            ctx.cancel_timer(TIMER_HEARTBEAT);
+        }
+        for p in self.queue.drain() {
+            if let Some(c) = p.client {
+                self.redirect(ctx, c, &p.cmd);
+            }
+        }
+        self.reset_election_timer(ctx);
+    }
+
+    fn become_leader(&mut self, ctx: &mut Ctx<'_>) {
+        self.role = Role::Leader;
+        self.pre_candidate = false;
+        self.leader = Some(self.id);
+        let next = self.last_index() + 1;
+        self.progress = self
+            .peers()
+            .map(|p| {
+                (
+                    p,
+                    Progress {
+                        next,
+                        matched: 0,
+                        in_flight: 0,
+                        last_heard: ctx.now,
+                        last_sent: Time::ZERO,
+                        snapshot_offset: None,
+                    },
+                )
+            })
+            .collect();
+        // A no-op of the new term lets earlier-term entries commit (§5.4.2, §8).
+        self.append(ctx, Vec::new(), Vec::new());
+        ctx.set_timer(TIMER_ELECTION, self.election_timeout_min());
+        self.on_heartbeat_timer(ctx);
+        self.propose_queued(ctx);
+    }
+
+    /// CheckQuorum: a leader that has not heard from a majority within an election timeout
+    /// steps down.
+    fn check_quorum_tick(&mut self, ctx: &mut Ctx<'_>) {
+        let window = self.election_timeout_min();
+        if self.check_quorum {
+            let heard = 1 + self.progress.values().filter(|p| ctx.now.since(p.last_heard) < window).count();
+            if heard < self.quorum() {
+                self.become_follower(ctx, self.term, None);
+                return;
+            }
+        }
+        ctx.set_timer(TIMER_ELECTION, window);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // §5.3 Log replication
+    // ---------------------------------------------------------------------------------------
+
+    fn redirect(&self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: &Command) {
+        let leader = self.leader.filter(|l| *l != self.id);
+        ctx.reply(
+            client,
+            Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::NotLeader { leader } },
+        );
+    }
+
+    fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
+        match self.role {
+            Role::Leader => {
+                self.queue.push(Some(client), cmd);
+                self.propose_queued(ctx);
+            }
+            Role::Candidate => self.queue.push(Some(client), cmd),
+            _ => self.redirect(ctx, client, &cmd),
+        }
+    }
+
+    /// Append queued requests as new entries while fewer than `pipeline_window` entries are
+    /// uncommitted (adaptive batching: the rest waits and goes out in larger batches).
+    fn propose_queued(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let mut appended = false;
+        while !self.queue.is_empty() && self.last_index() - self.commit < self.params.pipeline_window as u64 {
+            let batch = self.queue.take(self.params.max_batch, MAX_BATCH_BYTES);
+            let waiters: Vec<Option<Waiter>> = batch.iter().map(Waiter::for_pending).collect();
+            let value: Batch = batch.into_iter().map(|p| p.cmd).collect();
+            self.append_local(ctx, value, waiters);
+            appended = true;
+        }
+        if appended {
+            self.replicate(ctx);
+            self.maybe_commit(ctx);
+        }
+    }
+
+    fn append(&mut self, ctx: &mut Ctx<'_>, value: Batch, waiters: Vec<Option<Waiter>>) {
+        self.append_local(ctx, value, waiters);
+        self.replicate(ctx);
+        self.maybe_commit(ctx);
+    }
+
+    fn append_local(&mut self, ctx: &mut Ctx<'_>, value: Batch, waiters: Vec<Option<Waiter>>) {
+        let index = self.last_index() + 1;
+        let entry = Entry { term: self.term, value };
+        self.log.set(index, entry.clone(), SlotState::InProgress);
+        // Persisted before the AppendEntries that carry it leave (driver contract), so the
+        // leader counts itself in the match quorum.
+        self.persist(ctx, vec![Record::Entries { first: index, entries: vec![entry] }]);
+        if waiters.iter().any(|w| w.is_some()) {
+            self.waiting.insert(index, waiters);
+        }
+    }
+
+    /// Send what each follower is missing, up to its flow-control window.
+    fn replicate(&mut self, ctx: &mut Ctx<'_>) {
+        let peers: Vec<NodeId> = self.peers().collect();
+        for p in peers {
+            self.send_to(ctx, p, false);
+        }
+    }
+
+    fn send_to(&mut self, ctx: &mut Ctx<'_>, to: NodeId, heartbeat: bool) {
+        let last = self.last_index();
+        let first = self.log.first_index();
+        let Some(pr) = self.progress.get(&to).cloned() else { return };
+        if pr.next < first {
+            self.send_snapshot_chunk(ctx, to);
+            return;
+        }
+        let mut pr = pr;
+        let mut sent = false;
+        while pr.next <= last && pr.in_flight < self.params.pipeline_window {
+            let to_index = last.min(pr.next + self.params.catchup_chunk as u64 - 1);
+            let entries: Vec<Entry> = self.log.range(pr.next, to_index).map(|(_, s)| s.value.clone()).collect();
+            let prev_index = pr.next - 1;
+            let prev_term = self.term_at(prev_index).unwrap_or(0);
+            ctx.send(to, &Msg::Append { term: self.term, prev_index, prev_term, entries, commit: self.commit });
+            pr.next = to_index + 1;
+            pr.in_flight += 1;
+            sent = true;
+        }
+        if !sent && heartbeat {
+            let prev_index = pr.next - 1;
+            let prev_term = self.term_at(prev_index).unwrap_or(0);
+            ctx.send(
+                to,
+                &Msg::Append { term: self.term, prev_index, prev_term, entries: Vec::new(), commit: self.commit },
+            );
+            sent = true;
+        }
+        if sent {
+            pr.last_sent = ctx.now;
+        }
+        self.progress.insert(to, pr);
+    }
+
+    fn on_heartbeat_timer(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        // Messages may be lost: a follower that has not answered for two heartbeats is probed
+        // again from its match index.
+        let stale = self.params.heartbeat() * 2;
+        for pr in self.progress.values_mut() {
+            if pr.in_flight > 0 && ctx.now.since(pr.last_heard) >= stale && ctx.now.since(pr.last_sent) >= stale {
+                pr.in_flight = 0;
+                pr.next = pr.matched + 1;
+            }
+        }
+        let peers: Vec<NodeId> = self.peers().collect();
+        for p in peers {
+            self.send_to(ctx, p, true);
+        }
+        self.persist_commit_marker(ctx);
+        ctx.set_timer(TIMER_HEARTBEAT, self.params.heartbeat());
+    }
+
+    fn on_append(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: AppendArgs) {
+        if m.term < self.term {
+            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0 });
+            return;
+        }
+        if m.term > self.term || self.role != Role::Follower || self.leader != Some(from) {
+            self.become_follower(ctx, m.term, Some(from));
+        }
+        self.last_leader_contact = Some(ctx.now);
+        self.reset_election_timer(ctx);
+
+        // Consistency check (§5.3). Entries up to our commit index are known to match.
+        let base = self.commit.max(self.snapshot.as_ref().map_or(0, |s| s.index));
+        if m.prev_index > self.last_index() {
+            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: self.last_index() + 1 });
+            return;
+        }
+        if m.prev_index >= base {
+            if let Some(t) = self.term_at(m.prev_index) {
+                if t != m.prev_term {
+                    // Fast back-up: the first index of the conflicting term.
+                    let mut hint = m.prev_index;
+                    while hint > base + 1 && self.term_at(hint - 1) == Some(t) {
+                        hint -= 1;
+                    }
+                    ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: hint });
+                    return;
+                }
+            }
+        }
+        // Append, skipping what we have and truncating a conflicting suffix.
+        let mut index = m.prev_index;
+        let mut new_from: Option<u64> = None;
+        let mut new_entries = Vec::new();
+        for e in m.entries {
+            index += 1;
+            if new_from.is_none() {
+                if index <= base {
+                    continue;
+                }
+                match self.term_at(index) {
+                    Some(t) if t == e.term => continue,
+                    Some(_) => {
+                        self.log.truncate_after(index - 1);
+                        self.waiting.retain(|i, _| *i < index);
+                    }
+                    None => {}
+                }
+                new_from = Some(index);
+            }
+            self.log.set(index, e.clone(), SlotState::InProgress);
+            new_entries.push(e);
+        }
+        if let Some(first) = new_from {
+            self.persist(ctx, vec![Record::Entries { first, entries: new_entries }]);
+        }
+        let matched = index;
+        let new_commit = m.commit.min(matched);
+        if new_commit > self.commit {
+            self.advance_commit(ctx, new_commit);
+        }
+        ctx.send(from, &Msg::AppendResp { term: self.term, success: true, index: matched });
+    }
+
+    fn on_append_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, success: bool, index: u64) {
+        if term > self.term {
+            self.become_follower(ctx, term, None);
+            return;
+        }
+        if self.role != Role::Leader || term < self.term {
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else { return };
+        pr.last_heard = ctx.now;
+        pr.in_flight = pr.in_flight.saturating_sub(1);
+        if success {
+            if index > pr.matched {
+                pr.matched = index;
+            }
+            pr.next = pr.next.max(pr.matched + 1);
+            self.maybe_commit(ctx);
+        } else if index > pr.matched && index < pr.next {
+            // Back up (stale rejections, with a hint at or past `next`, are ignored).
+            pr.next = index.max(pr.matched + 1);
+            pr.in_flight = 0;
+        } else if index == 0 {
+            return;
+        }
+        self.send_to(ctx, from, false);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // §5.3/§5.4.2 Commitment and execution
+    // ---------------------------------------------------------------------------------------
+
+    fn maybe_commit(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let mut matches: Vec<u64> = self.progress.values().map(|p| p.matched).collect();
+        matches.push(self.last_index());
+        matches.sort_unstable_by(|a, b| b.cmp(a));
+        let n = matches[self.quorum() - 1];
+        // Only entries of the current term commit by counting replicas (§5.4.2).
+        if n > self.commit && (self.commit_old_terms || self.term_at(n) == Some(self.term)) {
+            self.advance_commit(ctx, n);
+            self.propose_queued(ctx);
+        }
+    }
+
+    fn advance_commit(&mut self, ctx: &mut Ctx<'_>, to: u64) {
+        let to = to.min(self.last_index());
+        for i in (self.commit + 1).max(self.log.first_index())..=to {
+            self.log.mark_committed(i);
+        }
+        self.commit = self.commit.max(to);
+        self.execute(ctx);
+    }
+
+    fn execute(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some((index, entry)) = self.log.next_to_execute() {
+            let waiters = self.waiting.remove(&index).unwrap_or_default();
+            for (i, cmd) in entry.value.iter().enumerate() {
+                ctx.apply(Pos::slot(index, i as u32), cmd.clone(), Waiter::matching(waiters.get(i), cmd));
+            }
+            self.log.advance_exec();
+        }
+        self.maybe_snapshot(ctx);
+    }
+
+    fn persist_commit_marker(&mut self, ctx: &mut Ctx<'_>) {
+        if self.commit > self.persisted_commit {
+            self.persisted_commit = self.commit;
+            self.persist(ctx, vec![Record::Commit(self.commit)]);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // §7 Log compaction and InstallSnapshot
+    // ---------------------------------------------------------------------------------------
+
+    fn maybe_snapshot(&mut self, ctx: &mut Ctx<'_>) {
+        let last = self.snapshot.as_ref().map_or(0, |s| s.index);
+        let executed = self.log.executed_upto();
+        if self.snapshot_pending.is_none() && self.policy.due(last, executed) {
+            let token = self.next_token;
+            self.next_token += 1;
+            let term = self.term_at(executed).unwrap_or(0);
+            self.snapshot_pending = Some((token, executed, term));
+            ctx.push(Action::TakeSnapshot { token });
+        }
+    }
+
+    fn on_snapshot_taken(&mut self, ctx: &mut Ctx<'_>, token: u64, data: Bytes) {
+        let Some((t, index, term)) = self.snapshot_pending else { return };
+        if t != token {
+            return;
+        }
+        self.snapshot_pending = None;
+        if self.snapshot.as_ref().is_some_and(|s| s.index >= index) {
+            return;
+        }
+        self.snapshot = Some(Snapshot { index, term, data });
+        self.log.trim_before(self.policy.trim_point(index));
+        self.rewrite_durable(ctx);
+    }
+
+    /// Replace the durable records by hard state + snapshot + the log after it.
+    fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(s) = &self.snapshot else { return };
+        let suffix: Vec<Entry> = self.log.range(s.index + 1, self.last_index()).map(|(_, e)| e.value.clone()).collect();
+        let mut records = vec![
+            Record::HardState { term: self.term, voted_for: self.voted_for },
+            Record::Snapshot { index: s.index, term: s.term, data: s.data.to_vec() },
+        ];
+        if !suffix.is_empty() {
+            records.push(Record::Entries { first: s.index + 1, entries: suffix });
+        }
+        records.push(Record::Commit(self.commit));
+        self.persisted_commit = self.commit;
+        ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
+    }
+
+    fn send_snapshot_chunk(&mut self, ctx: &mut Ctx<'_>, to: NodeId) {
+        let Some(s) = &self.snapshot else { return };
+        let Some(pr) = self.progress.get_mut(&to) else { return };
+        let offset = pr.snapshot_offset.unwrap_or(0);
+        if pr.snapshot_offset.is_some() && pr.in_flight > 0 {
+            return;
+        }
+        pr.snapshot_offset = Some(offset);
+        pr.in_flight = 1;
+        pr.last_sent = ctx.now;
+        let data = chunk(&s.data, offset, self.params.snapshot_chunk_bytes).to_vec();
+        ctx.send(
+            to,
+            &Msg::Snapshot {
+                term: self.term,
+                index: s.index,
+                snap_term: s.term,
+                offset,
+                total: s.data.len() as u64,
+                data,
+            },
+        );
+    }
+
+    fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotArgs) {
+        if m.term < self.term {
+            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0 });
+            return;
+        }
+        if m.term > self.term || self.role != Role::Follower || self.leader != Some(from) {
+            self.become_follower(ctx, m.term, Some(from));
+        }
+        self.last_leader_contact = Some(ctx.now);
+        self.reset_election_timer(ctx);
+        if m.index <= self.commit {
+            // Already have everything it covers.
+            ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
+            return;
+        }
+        let Some(data) = self.incoming.offer(m.index, m.offset, m.total, &m.data) else {
+            let offset = self.incoming.received(m.index);
+            ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset, done: false });
+            return;
+        };
+        // Install: the snapshot replaces the state machine and the log up to its index.
+        let data = Bytes::from(data);
+        ctx.push(Action::InstallSnapshot { data: data.clone() });
+        self.snapshot = Some(Snapshot { index: m.index, term: m.snap_term, data });
+        self.log.reset_to(m.index + 1);
+        self.waiting.clear();
+        self.commit = m.index;
+        self.rewrite_durable(ctx);
+        ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
+    }
+
+    fn on_snapshot_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, index: u64, offset: u64, done: bool) {
+        if term > self.term {
+            self.become_follower(ctx, term, None);
+            return;
+        }
+        if self.role != Role::Leader || term < self.term {
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else { return };
+        pr.last_heard = ctx.now;
+        pr.in_flight = 0;
+        if done {
+            pr.snapshot_offset = None;
+            pr.matched = pr.matched.max(index);
+            pr.next = pr.matched + 1;
+            self.maybe_commit(ctx);
+        } else {
+            pr.snapshot_offset = Some(offset);
+        }
+        self.send_to(ctx, from, false);
+    }
+}
+
+struct AppendArgs {
+    term: u64,
+    prev_index: u64,
+    prev_term: u64,
+    entries: Vec<Entry>,
+    commit: u64,
+}
+
+struct SnapshotArgs {
+    term: u64,
+    index: u64,
+    snap_term: u64,
+    offset: u64,
+    total: u64,
+    data: Vec<u8>,
+}
+
+impl Protocol for Raft {
+    fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
+        let mut commit = 0;
+        for r in &records {
+            match decode::<Record>(r) {
+                Ok(Record::HardState { term, voted_for }) => {
+                    self.term = term;
+                    self.voted_for = voted_for;
+                }
+                Ok(Record::Entries { first, entries }) => {
+                    // Entries the snapshot already covers are skipped.
+                    let start = first.max(self.log.first_index());
+                    self.log.truncate_after(start - 1);
+                    for (i, e) in entries.into_iter().enumerate() {
+                        let index = first + i as u64;
+                        if index >= start {
+                            self.log.set(index, e, SlotState::InProgress);
+                        }
+                    }
+                }
+                Ok(Record::Commit(c)) => commit = commit.max(c),
+                Ok(Record::Snapshot { index, term, data }) => {
+                    let data = Bytes::from(data);
+                    ctx.push(Action::InstallSnapshot { data: data.clone() });
+                    self.snapshot = Some(Snapshot { index, term, data });
+                    self.log.reset_to(index + 1);
+                    self.commit = index;
+                }
+                Err(e) => {
+                    self.broken = Some(format!("undecodable durable record: {e}"));
+                    return;
+                }
+            }
+        }
+        self.persisted_commit = commit;
+        if commit > self.commit {
+            self.advance_commit(ctx, commit);
+        }
+        if self.members.len() == 1 {
+            self.campaign(ctx, false);
+        } else {
+            self.reset_election_timer(ctx);
+        }
+    }
+
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+        if self.broken.is_some() {
+            if let Event::Request { client, cmd } = event {
+                let reason = "replica is passive: its durable state is unreadable".to_string();
+                ctx.reply(
+                    client,
+                    Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::Rejected { reason } },
+                );
+            }
+            return;
+        }
+        match event {
+            Event::Message { from, msg, .. } => {
+                if !self.members.contains(&from) || from == self.id {
+                    return;
+                }
+                let Ok(msg) = decode::<Msg>(&msg) else { return };
+                match msg {
+                    Msg::RequestVote { term, last_index, last_term, pre_vote } => {
+                        self.on_request_vote(ctx, from, (term, last_index, last_term, pre_vote))
+                    }
+                    Msg::Vote { term, granted, pre_vote } => self.on_vote(ctx, from, term, granted, pre_vote),
+                    Msg::Append { term, prev_index, prev_term, entries, commit } => {
+                        self.on_append(ctx, from, AppendArgs { term, prev_index, prev_term, entries, commit })
+                    }
+                    Msg::AppendResp { term, success, index } => self.on_append_resp(ctx, from, term, success, index),
+                    Msg::Snapshot { term, index, snap_term, offset, total, data } => {
+                        self.on_snapshot(ctx, from, SnapshotArgs { term, index, snap_term, offset, total, data })
+                    }
+                    Msg::SnapshotResp { term, index, offset, done } => {
+                        self.on_snapshot_resp(ctx, from, term, index, offset, done)
+                    }
+                }
+            }
+            Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Timer(TIMER_ELECTION) => self.on_election_timeout(ctx),
+            Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
+            Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
+            Event::Timer(_) | Event::Persisted { .. } => {}
+        }
+        if self.role == Role::Follower && self.commit > self.persisted_commit + self.params.catchup_chunk as u64 {
+            self.persist_commit_marker(ctx);
+        }
+    }
+
+    fn status(&self) -> Status {
+        let mut extra = BTreeMap::new();
+        extra.insert("last_index".into(), self.last_index().to_string());
+        extra.insert("log_len".into(), self.log.len().to_string());
+        extra.insert("queued".into(), self.queue.len().to_string());
+        extra.insert("prevote".into(), self.prevote.to_string());
+        extra.insert("check_quorum".into(), self.check_quorum.to_string());
+        if let Some(s) = &self.snapshot {
+            extra.insert("snapshot_index".into(), s.index.to_string());
+            extra.insert("snapshot_bytes".into(), s.data.len().to_string());
+        }
+        if let Some(e) = &self.broken {
+            extra.insert("error".into(), e.clone());
+        }
+        Status {
+            id: self.id,
+            protocol: self.name.into(),
+            role: self.role,
+            ballot: self.term.to_string(),
+            leader: self.leader,
+            commit_index: self.commit,
+            execute_index: self.log.executed_upto(),
+            extra,
+        }
+    }
+
+    fn describe_message(&self, msg: &[u8]) -> String {
+        match decode::<Msg>(msg) {
+            Ok(Msg::Append { term, prev_index, prev_term, entries, commit }) => {
+                format!("Append t={term} prev={prev_index}/{prev_term} entries={} commit={commit}", entries.len())
+            }
+            Ok(Msg::Snapshot { term, index, offset, total, .. }) => {
+                format!("Snapshot t={term} index={index} {offset}/{total}")
+            }
+            Ok(m) => format!("{m:?}"),
+            Err(e) => format!("<undecodable: {e}>"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
