@@ -1,1 +1,232 @@
+//! Durable write-ahead log of synod replicas.
+//!
+//! The runtime persists the records of [`Action::Persist`] and [`Action::RewriteDurable`]
+//! (synod-core's `protocol` module) here, and hands every record back to the protocol's
+//! `recover` after a restart. The log knows nothing about what records mean.
+//!
+//! # On-disk format
+//!
+//! A log is a directory of *segments*, `wal-<seq:016>.log`, with consecutive sequence numbers.
+//! Every segment starts with a 24-byte header
+//!
+//! ```text
+//! magic "SYNODWAL" | version u16 | flags u16 | base_records u64 | crc32c u32 (of the 20 bytes before)
+//! ```
+//!
+//! followed by records, each framed as
+//!
+//! ```text
+//! len u32 LE | crc32c u32 LE (over the 4 length bytes, then the payload) | payload (len bytes)
+//! ```
+//!
+//! Integers are little endian, records at most [`MAX_RECORD_BYTES`] long. Commits append to
+//! the newest segment; once it holds at least [`WalOptions::segment_bytes`], the next commit
+//! first *seals* it (fdatasync) and starts a new one.
+//!
+//! Header flag 1 marks a **base** segment: its first `base_records` records are a complete
+//! image of the durable content, so every older segment is obsolete. [`Wal::rewrite`] writes
+//! one (log compaction), and a brand-new log starts with an empty one. The oldest live segment
+//! is therefore always a base.
+//!
+//! New segments, bases included, are written as `wal-<seq>.log.tmp`, fsynced, renamed into
+//! place and the directory fsynced; so a `.log` file never has a half-written header, and a
+//! `.tmp` file found at open is an operation that never completed and is removed.
+//!
+//! # Durability contract
+//!
+//! * [`Wal::append`] only buffers; [`Wal::commit`] writes the buffer with one `write` (group
+//!   commit) and then, per [`FsyncMode`]:
+//!   - `Always`: `fdatasync` before returning. A committed record survives any crash.
+//!   - `Batch`: a background flusher thread calls `fdatasync` at most
+//!     [`WalOptions::batch_interval`] (plus the sync's own duration) after the first commit
+//!     that is not yet synced. A machine crash loses at most that window; commit never waits.
+//!   - `Never`: write only; the kernel decides when the page cache reaches the disk.
+//!
+//!   In every mode a crash of the process alone loses nothing committed.
+//! * [`Wal::sync`] commits what is buffered and fsyncs now (clean shutdown). Dropping a `Wal`
+//!   discards uncommitted appends; in `Batch` mode it syncs what was committed.
+//! * [`Wal::rewrite`] is atomic: after a crash at any point, [`Wal::open`] returns either the
+//!   old records or exactly the new ones. It is durable when it returns, in every mode.
+//! * After any I/O error the `Wal` is *poisoned* and every later call fails with
+//!   [`WalError::Poisoned`] (after a failed `fdatasync` Linux may have dropped the dirty pages,
+//!   so retrying would claim durability that does not exist). Reopening runs recovery.
+//! * One process owns a directory at a time; the log does not lock it.
+//!
+//! # Recovery
+//!
+//! [`Wal::open`] removes `.tmp` files, picks the newest *complete* base segment (one with all
+//! of its `base_records`), removes the segments older than it (left by a rewrite that crashed
+//! before its cleanup) and reads every record from the base on. Then:
+//!
+//! * A **torn tail** (the newest segment ends in a truncated record, a record with a bad CRC
+//!   or an impossible length, with no valid record after it) is what a crash during a write
+//!   leaves behind: it is truncated away with a `tracing` warning naming the file and offset.
+//!   Appends continue at the cut.
+//! * **Damage anywhere else** (an invalid record followed by a valid one, damage in a sealed
+//!   segment, a missing segment, a bad header on a non-empty segment) is refused with
+//!   [`WalError::Corrupt`] naming the file and offset: cutting there would silently drop
+//!   records that were acknowledged as durable.
+//!
+//! Caveat: with `Batch` or `Never`, a machine crash may let the disk keep a later page of the
+//! unsynced window but not an earlier one. Recovery then sees a valid record after damage and
+//! reports corruption; those records were never promised durable, so removing the tail by
+//! hand (truncating at the reported offset) is safe.
+//!
+//! [`Action::Persist`]: https://docs.rs/synod-core
+//! [`Action::RewriteDurable`]: https://docs.rs/synod-core
 
+mod error;
+mod flusher;
+mod format;
+mod log;
+mod options;
+mod recover;
+
+pub use error::WalError;
+pub use format::MAX_RECORD_BYTES;
+pub use options::{FsyncMode, ParseFsyncModeError, WalOptions};
+
+use bytes::Bytes;
+use log::Disk;
+use std::path::Path;
+
+/// Counters for metrics. Counts are since the log was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Bytes in the live segments (headers included).
+    pub bytes_on_disk: u64,
+    /// Live segments.
+    pub segments: u64,
+    /// Records passed to [`Wal::append`].
+    pub records_appended: u64,
+    /// Calls of [`Wal::commit`] (or [`Wal::sync`]) that wrote at least one record.
+    pub commits: u64,
+    /// `fdatasync`/`fsync` calls on segment data (commits in `Always` mode, flusher syncs,
+    /// explicit syncs, segment seals). Directory syncs are not counted.
+    pub syncs: u64,
+    /// Calls of [`Wal::rewrite`].
+    pub rewrites: u64,
+}
+
+/// A write-ahead log: a directory of segments, or nothing at all ([`Wal::in_memory`]).
+pub struct Wal {
+    disk: Option<Disk>,
+    /// Appended since the last commit, to count commits that did something.
+    uncommitted: u64,
+    records_appended: u64,
+    commits: u64,
+    rewrites: u64,
+}
+
+impl Wal {
+    /// Open the log in `dir` (creating the directory if needed) and recover: returns the log
+    /// and every record persisted before, in order, starting with the records of the latest
+    /// rewrite. A torn tail is cut off; other damage is a [`WalError::Corrupt`].
+    pub fn open(dir: &Path, opts: WalOptions) -> Result<(Wal, Vec<Bytes>), WalError> {
+        let (disk, records) = Disk::open(dir, opts)?;
+        Ok((Wal::with_disk(Some(disk)), records))
+    }
+
+    /// A log that keeps nothing (the runtime's `--in-memory` mode): appends, commits, syncs
+    /// and rewrites succeed without touching any file.
+    pub fn in_memory() -> Wal {
+        Wal::with_disk(None)
+    }
+
+    fn with_disk(disk: Option<Disk>) -> Wal {
+        Wal { disk, uncommitted: 0, records_appended: 0, commits: 0, rewrites: 0 }
+    }
+
+    /// Whether this log keeps nothing.
+    pub fn is_in_memory(&self) -> bool {
+        self.disk.is_none()
+    }
+
+    /// The directory of the log (`None` for [`Wal::in_memory`]).
+    pub fn dir(&self) -> Option<&Path> {
+        self.disk.as_ref().map(Disk::dir)
+    }
+
+    /// Buffer records for writing (group commit: many appends, then one [`Wal::commit`]).
+    /// A record over [`MAX_RECORD_BYTES`] is refused and nothing of this call is buffered.
+    pub fn append(&mut self, records: &[Bytes]) -> Result<(), WalError> {
+        check_sizes(records)?;
+        if let Some(d) = &mut self.disk {
+            d.append(records)?;
+        }
+        self.uncommitted += records.len() as u64;
+        self.records_appended += records.len() as u64;
+        Ok(())
+    }
+
+    /// Write the buffered records to the active segment and make them durable per the
+    /// [`FsyncMode`]: `Always` syncs before returning, `Batch` leaves the sync to the
+    /// background flusher thread (at most `batch_interval` later), `Never` only writes.
+    pub fn commit(&mut self) -> Result<(), WalError> {
+        if let Some(d) = &mut self.disk {
+            d.commit()?;
+        }
+        self.count_commit();
+        Ok(())
+    }
+
+    /// Commit what is buffered and force everything written so far to disk now (used at
+    /// clean shutdown, and by callers that need durability in `Batch`/`Never` mode).
+    pub fn sync(&mut self) -> Result<(), WalError> {
+        if let Some(d) = &mut self.disk {
+            d.sync()?;
+        }
+        self.count_commit();
+        Ok(())
+    }
+
+    fn count_commit(&mut self) {
+        if self.uncommitted > 0 {
+            self.commits += 1;
+            self.uncommitted = 0;
+        }
+    }
+
+    /// Atomically replace the whole durable content by `records` (log compaction): after a
+    /// crash at any point, [`Wal::open`] returns either the old records or exactly these.
+    /// Records appended but not committed are dropped with the rest of the old content. The
+    /// new content is durable when this returns, whatever the fsync mode.
+    pub fn rewrite(&mut self, records: &[Bytes]) -> Result<(), WalError> {
+        check_sizes(records)?;
+        if let Some(d) = &mut self.disk {
+            d.rewrite(records)?;
+        }
+        self.uncommitted = 0;
+        self.rewrites += 1;
+        Ok(())
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> WalStats {
+        let (bytes_on_disk, segments, syncs) = match &self.disk {
+            Some(d) => (d.bytes_on_disk(), d.segments(), d.syncs()),
+            None => (0, 0, 0),
+        };
+        WalStats {
+            bytes_on_disk,
+            segments,
+            records_appended: self.records_appended,
+            commits: self.commits,
+            syncs,
+            rewrites: self.rewrites,
+        }
+    }
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal").field("dir", &self.dir()).field("stats", &self.stats()).finish()
+    }
+}
+
+fn check_sizes(records: &[Bytes]) -> Result<(), WalError> {
+    match records.iter().find(|r| r.len() > MAX_RECORD_BYTES) {
+        Some(r) => Err(WalError::RecordTooLarge { len: r.len(), max: MAX_RECORD_BYTES }),
+        None => Ok(()),
+    }
+}

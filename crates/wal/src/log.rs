@@ -1,0 +1,280 @@
+//! The on-disk log behind a [`crate::Wal`]: the active segment, the group-commit buffer,
+//! rotation and rewrite.
+
+use crate::error::WalError;
+use crate::flusher::Flusher;
+use crate::format::{encode_record, temp_name, SegmentHeader, HEADER_LEN};
+use crate::options::{FsyncMode, WalOptions};
+use crate::recover::{recover, segment_path, sync_dir, Recovered};
+use bytes::Bytes;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A bigger commit buffer than this is released after the commit, so one huge batch does not
+/// pin its memory for the life of the log.
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
+
+pub(crate) struct Disk {
+    dir: PathBuf,
+    opts: WalOptions,
+    /// The oldest live segment; always a base segment.
+    first_seq: u64,
+    /// The active segment, which commits append to.
+    seq: u64,
+    path: PathBuf,
+    file: Arc<File>,
+    size: u64,
+    /// Bytes in the live segments before the active one.
+    sealed_bytes: u64,
+    segments: u64,
+    /// Framed records appended but not committed yet.
+    pending: Vec<u8>,
+    syncs: Arc<AtomicU64>,
+    /// Present in [`FsyncMode::Batch`] only.
+    flusher: Option<Flusher>,
+    /// Set by the first I/O failure; see [`WalError::Poisoned`].
+    poisoned: Option<String>,
+}
+
+impl Disk {
+    pub fn open(dir: &Path, opts: WalOptions) -> Result<(Disk, Vec<Bytes>), WalError> {
+        let (first_seq, seq, path, file, size, sealed_bytes, segments, records) = match recover(dir)? {
+            Recovered::Fresh { next_seq } => {
+                // A new log starts with an empty base segment, so that "the oldest live
+                // segment is a base" always holds and a lost first segment is detectable.
+                let (file, path, size) = create_segment(dir, next_seq, SegmentHeader::base(0), &[])?;
+                (next_seq, next_seq, path, file, size, 0, 1, Vec::new())
+            }
+            Recovered::Existing(e) => {
+                let file =
+                    OpenOptions::new().append(true).open(&e.last_path).map_err(WalError::io("open", &e.last_path))?;
+                (
+                    e.first_seq,
+                    e.last_seq,
+                    e.last_path,
+                    Arc::new(file),
+                    e.last_size,
+                    e.sealed_bytes,
+                    e.segments,
+                    e.records,
+                )
+            }
+        };
+        let syncs = Arc::new(AtomicU64::new(0));
+        let flusher = match opts.fsync {
+            FsyncMode::Batch => Some(
+                Flusher::start(file.clone(), path.clone(), opts.batch_interval, syncs.clone())
+                    .map_err(WalError::io("start the flusher thread for", dir))?,
+            ),
+            FsyncMode::Never | FsyncMode::Always => None,
+        };
+        let disk = Disk {
+            dir: dir.to_path_buf(),
+            opts,
+            first_seq,
+            seq,
+            path,
+            file,
+            size,
+            sealed_bytes,
+            segments,
+            pending: Vec::new(),
+            syncs,
+            flusher,
+            poisoned: None,
+        };
+        Ok((disk, records))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn bytes_on_disk(&self) -> u64 {
+        self.sealed_bytes + self.size
+    }
+
+    pub fn segments(&self) -> u64 {
+        self.segments
+    }
+
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Refuse to touch the files after an I/O failure (ours or the flusher's).
+    pub fn check_usable(&mut self) -> Result<(), WalError> {
+        if self.poisoned.is_none() {
+            if let Some(e) = self.flusher.as_ref().and_then(Flusher::error) {
+                self.poisoned = Some(e);
+            }
+        }
+        match &self.poisoned {
+            None => Ok(()),
+            Some(cause) => Err(WalError::Poisoned { dir: self.dir.clone(), cause: cause.clone() }),
+        }
+    }
+
+    fn poison_on_err<T>(&mut self, r: Result<T, WalError>) -> Result<T, WalError> {
+        if let Err(e) = &r {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+        }
+        r
+    }
+
+    /// Frame records into the commit buffer. The caller has checked their sizes.
+    pub fn append(&mut self, records: &[Bytes]) -> Result<(), WalError> {
+        self.check_usable()?;
+        for r in records {
+            encode_record(&mut self.pending, r);
+        }
+        Ok(())
+    }
+
+    pub fn commit(&mut self) -> Result<(), WalError> {
+        self.check_usable()?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let r = self.write_pending();
+        self.poison_on_err(r)
+    }
+
+    fn write_pending(&mut self) -> Result<(), WalError> {
+        if self.size >= self.opts.segment_bytes && self.size > HEADER_LEN as u64 {
+            self.rotate()?;
+        }
+        (&*self.file).write_all(&self.pending).map_err(WalError::io("write to", &self.path))?;
+        self.size += self.pending.len() as u64;
+        self.pending.clear();
+        if self.pending.capacity() > KEEP_BUFFER_BYTES {
+            self.pending = Vec::new();
+        }
+        match self.opts.fsync {
+            FsyncMode::Always => self.sync_data(),
+            FsyncMode::Batch => {
+                if let Some(f) = &self.flusher {
+                    f.mark_dirty();
+                }
+                Ok(())
+            }
+            FsyncMode::Never => Ok(()),
+        }
+    }
+
+    /// Write what is buffered, then `fdatasync` the active segment.
+    pub fn sync(&mut self) -> Result<(), WalError> {
+        self.commit()?;
+        let r = self.sync_data();
+        self.poison_on_err(r)
+    }
+
+    fn sync_data(&mut self) -> Result<(), WalError> {
+        self.file.sync_data().map_err(WalError::io("fdatasync", &self.path))?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = &self.flusher {
+            f.mark_clean();
+        }
+        Ok(())
+    }
+
+    /// Seal the active segment and continue in a new one.
+    fn rotate(&mut self) -> Result<(), WalError> {
+        // Synced in every mode (one sync per segment is cheap): recovery may then treat any
+        // damage in a sealed segment as corruption rather than as a torn write.
+        self.sync_data()?;
+        let seq = self.seq + 1;
+        let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::plain(), &[])?;
+        tracing::debug!(path = %path.display(), "write-ahead log rotated to a new segment");
+        self.sealed_bytes += self.size;
+        self.segments += 1;
+        self.activate(seq, file, path, size);
+        Ok(())
+    }
+
+    fn activate(&mut self, seq: u64, file: Arc<File>, path: PathBuf, size: u64) {
+        if let Some(f) = &self.flusher {
+            f.switch_file(file.clone(), path.clone());
+        }
+        self.seq = seq;
+        self.file = file;
+        self.path = path;
+        self.size = size;
+    }
+
+    /// Replace the whole content by `records`. The caller has checked their sizes.
+    pub fn rewrite(&mut self, records: &[Bytes]) -> Result<(), WalError> {
+        self.check_usable()?;
+        // Uncommitted appends are part of the content being replaced.
+        self.pending.clear();
+        let mut body = Vec::with_capacity(records.iter().map(|r| r.len() + 8).sum());
+        for r in records {
+            encode_record(&mut body, r);
+        }
+        let r = self.install_base(records.len() as u64, &body);
+        self.poison_on_err(r)
+    }
+
+    fn install_base(&mut self, count: u64, body: &[u8]) -> Result<(), WalError> {
+        let seq = self.seq + 1;
+        // Once this returns, the new base is durable under its final name and is what open()
+        // recovers; before that, the old segments are untouched.
+        let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::base(count), body)?;
+        let obsolete = self.first_seq..=self.seq;
+        self.first_seq = seq;
+        self.sealed_bytes = 0;
+        self.segments = 1;
+        self.activate(seq, file, path, size);
+        // A crash before the old segments are gone is harmless (open() removes segments older
+        // than the newest base), so failures here are only logged.
+        for s in obsolete {
+            let p = segment_path(&self.dir, s);
+            if let Err(e) = fs::remove_file(&p) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %p.display(), error = %e, "cannot remove an obsolete write-ahead log segment; open() will retry");
+                }
+            }
+        }
+        if let Err(e) = sync_dir(&self.dir) {
+            tracing::warn!(error = %e, "cannot sync the directory after removing obsolete segments; open() will finish the cleanup");
+        }
+        Ok(())
+    }
+}
+
+/// Create segment `seq` holding `header` and `body` atomically: write it under a temporary
+/// name, fsync it, rename it into place and fsync the directory. Returns the open file (for
+/// further appends), its path and its size.
+fn create_segment(
+    dir: &Path,
+    seq: u64,
+    header: SegmentHeader,
+    body: &[u8],
+) -> Result<(Arc<File>, PathBuf, u64), WalError> {
+    let tmp = dir.join(temp_name(seq));
+    let path = segment_path(dir, seq);
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(WalError::io("create", &tmp))?;
+        f.write_all(&header.encode()).and_then(|()| f.write_all(body)).map_err(WalError::io("write to", &tmp))?;
+        f.sync_all().map_err(WalError::io("fsync", &tmp))?;
+        Ok(f)
+    })();
+    let file = match written {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    fs::rename(&tmp, &path).map_err(WalError::io("rename a new segment into", &path))?;
+    sync_dir(dir)?;
+    Ok((Arc::new(file), path, (HEADER_LEN + body.len()) as u64))
+}
