@@ -1,0 +1,178 @@
+//! `synod check`: run many seeded simulations of a protocol and check every one.
+
+use crate::sim::{self, FaultSet, RunReport, SimConfig};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use synod_protocols::registry::{self, ProtocolInfo};
+
+/// Arguments of `synod check`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CheckArgs {
+    /// Protocol to check (a registry name).
+    #[arg(long, short = 'p')]
+    pub protocol: String,
+    /// Number of seeds (schedules) to run.
+    #[arg(long, default_value_t = 100)]
+    pub seeds: u64,
+    /// Replay exactly this seed (overrides --seeds/--start-seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// First seed of the range.
+    #[arg(long, default_value_t = 0)]
+    pub start_seed: u64,
+    /// Cluster size (3 or 5).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
+    pub replicas: u64,
+    /// Faults to inject: comma list of partition, crash, crash-wipe, loss, dup, reorder,
+    /// skew; or "all" (everything but crash-wipe) or "none".
+    #[arg(long, default_value = "all")]
+    pub faults: String,
+    /// Operations per simulated client.
+    #[arg(long, default_value_t = 30)]
+    pub ops: usize,
+    /// Print the full event trace of each run.
+    #[arg(long)]
+    pub trace: bool,
+    /// Write each run's client history (docs/history-format.md) into this directory.
+    #[arg(long)]
+    pub export_history: Option<PathBuf>,
+}
+
+/// Totals over a batch of runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckSummary {
+    pub schedules: u64,
+    pub operations: u64,
+    /// Operations without an answer (checked as "may or may not have happened").
+    pub indeterminate: u64,
+    pub crashes: u64,
+    pub partitions: u64,
+    pub messages: u64,
+    /// Virtual seconds simulated.
+    pub virtual_seconds: f64,
+    pub violations: u64,
+    pub seconds: f64,
+}
+
+/// Lines of trace shown with a violation.
+const TRACE_TAIL: usize = 40;
+
+/// Run the check and print a summary; returns the process exit code (0 = no violation,
+/// 1 = violation found, 2 = bad arguments).
+pub fn run_check(args: &CheckArgs) -> i32 {
+    let protocol = match registry::find(&args.protocol) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    run_check_with(protocol, args)
+}
+
+/// [`run_check`] for a protocol that need not be in the registry (tests use mutants).
+pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 {
+    let faults = match FaultSet::parse(&args.faults) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: --faults: {e}");
+            return 2;
+        }
+    };
+    if let Some(dir) = &args.export_history {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("error: cannot create {}: {e}", dir.display());
+            return 2;
+        }
+    }
+    let seeds: Vec<u64> = match args.seed {
+        Some(s) => vec![s],
+        None => (args.start_seed..args.start_seed.saturating_add(args.seeds)).collect(),
+    };
+    let config = |seed: u64, trace: bool| SimConfig {
+        replicas: args.replicas as usize,
+        faults,
+        ops_per_client: args.ops,
+        trace,
+        ..SimConfig::new(protocol, seed)
+    };
+    let start = Instant::now();
+    let mut summary = CheckSummary::default();
+    let mut code = 0;
+    for &seed in &seeds {
+        let report = sim::run(&config(seed, args.trace));
+        summary.schedules += 1;
+        summary.operations += report.history.ops.len() as u64;
+        summary.indeterminate += report.stats.ops_indeterminate;
+        summary.crashes += report.stats.crashes;
+        summary.partitions += report.stats.partitions;
+        summary.messages += report.stats.messages_sent;
+        summary.virtual_seconds += report.stats.virtual_end as f64 / 1e9;
+        if args.trace {
+            for line in &report.trace {
+                println!("{line}");
+            }
+        }
+        if let Some(dir) = &args.export_history {
+            if let Err(e) = export(dir, protocol.name, &report) {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        }
+        if let Some(failure) = &report.failure {
+            summary.violations += 1;
+            code = 1;
+            println!("VIOLATION: protocol {} seed {seed}", protocol.name);
+            println!("{failure}");
+            // Replay with the trace on (the run is deterministic) to show how it ended.
+            let traced = if args.trace { report.clone() } else { sim::run(&config(seed, true)) };
+            let tail = traced.trace.len().saturating_sub(TRACE_TAIL);
+            println!("--- last {} trace lines ---", traced.trace.len() - tail);
+            for line in &traced.trace[tail..] {
+                println!("{line}");
+            }
+            println!("--- replay ---");
+            println!("{}", replay_command(protocol.name, seed, args.replicas, &faults, args.ops));
+            break;
+        }
+    }
+    summary.seconds = start.elapsed().as_secs_f64();
+    println!(
+        "schedules run: {}, operations checked: {}, violations: {}, {:.1} schedules/s, {:.0} ops/s",
+        summary.schedules,
+        summary.operations,
+        summary.violations,
+        summary.schedules as f64 / summary.seconds.max(1e-9),
+        summary.operations as f64 / summary.seconds.max(1e-9),
+    );
+    println!(
+        "  ({} indeterminate ops, {} crashes, {} partitions, {} messages, {:.0} virtual seconds in {:.2} s)",
+        summary.indeterminate,
+        summary.crashes,
+        summary.partitions,
+        summary.messages,
+        summary.virtual_seconds,
+        summary.seconds
+    );
+    code
+}
+
+/// The one-line command that replays a seed with its trace.
+pub fn replay_command(protocol: &str, seed: u64, replicas: u64, faults: &FaultSet, ops: usize) -> String {
+    let mut cmd = format!("synod check --protocol {protocol} --seed {seed} --trace");
+    if replicas != 3 {
+        cmd.push_str(&format!(" --replicas {replicas}"));
+    }
+    if *faults != FaultSet::all() {
+        cmd.push_str(&format!(" --faults {}", faults.to_list()));
+    }
+    if ops != 30 {
+        cmd.push_str(&format!(" --ops {ops}"));
+    }
+    cmd
+}
+
+fn export(dir: &Path, protocol: &str, report: &RunReport) -> Result<(), String> {
+    let path = dir.join(format!("{protocol}-seed{}.json", report.seed));
+    std::fs::write(&path, report.history.to_json()).map_err(|e| format!("writing {}: {e}", path.display()))
+}

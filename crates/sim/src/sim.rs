@@ -1,0 +1,1233 @@
+//! The deterministic simulator.
+//!
+//! One run = N replicas of a protocol + a few client sessions on virtual time, driven by a
+//! single seed. Events (message deliveries, timers, storage completions, client traffic,
+//! faults) sit in a binary heap ordered by (virtual time, insertion number), so the run is
+//! a pure function of the seed and the configuration: two runs of one seed produce the
+//! same trace byte for byte.
+//!
+//! A run has two phases. In the *fault phase* the network loses, duplicates and reorders
+//! messages, partitions come and go, replicas crash and restart (keeping or — with
+//! `crash-wipe` — losing their disk) and clocks are skewed. Then everything is healed and
+//! the *liveness phase* requires every client operation to complete and the replicas to
+//! converge within a bounded virtual time.
+//!
+//! The driver contract of `synod_core::protocol` is honoured exactly like the tokio runtime
+//! does: actions execute in order, `Persist` is durable at once (so a later send is safe),
+//! `Persisted` comes back after a storage delay, `Apply` runs the command on the replica's
+//! own `StateMachine` and answers the named client.
+
+use crate::history::{History, KvOp, KvOutput, Operation};
+use crate::linearizability;
+use bytes::Bytes;
+use rand::Rng as _;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt;
+use std::time::Duration;
+use synod_core::session::StateMachine;
+use synod_core::{
+    Action, ClientRef, Command, Ctx, Event, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply, ReplyBody, Rng,
+    Time, TimerId,
+};
+use synod_protocols::registry::{ProtocolInfo, Setup};
+
+// ---------------------------------------------------------------------------------------
+// Configuration
+
+/// Which faults a run injects. `crash_wipe` (restart with an empty disk) is separate and
+/// off by default: it is only safe for protocols that recover from their peers (MultiPaxos
+/// without its disk is *not* safe).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultSet {
+    pub partition: bool,
+    pub crash: bool,
+    pub crash_wipe: bool,
+    pub loss: bool,
+    pub dup: bool,
+    pub reorder: bool,
+    pub skew: bool,
+}
+
+const FAULT_NAMES: &[&str] = &["partition", "crash", "crash-wipe", "loss", "dup", "reorder", "skew"];
+
+impl FaultSet {
+    /// Every fault except `crash-wipe`.
+    pub fn all() -> FaultSet {
+        FaultSet { partition: true, crash: true, crash_wipe: false, loss: true, dup: true, reorder: true, skew: true }
+    }
+
+    pub fn none() -> FaultSet {
+        FaultSet::default()
+    }
+
+    /// Parse a comma list of fault names, `all` or `none`.
+    pub fn parse(list: &str) -> Result<FaultSet, String> {
+        let mut f = FaultSet::none();
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name {
+                "all" => {
+                    let wipe = f.crash_wipe;
+                    f = FaultSet::all();
+                    f.crash_wipe = wipe;
+                }
+                "none" => {}
+                "partition" => f.partition = true,
+                "crash" => f.crash = true,
+                "crash-wipe" => f.crash_wipe = true,
+                "loss" => f.loss = true,
+                "dup" => f.dup = true,
+                "reorder" => f.reorder = true,
+                "skew" => f.skew = true,
+                other => return Err(format!("unknown fault {other:?}; known: all, none, {}", FAULT_NAMES.join(", "))),
+            }
+        }
+        Ok(f)
+    }
+
+    /// The canonical comma list (for replay commands).
+    pub fn to_list(&self) -> String {
+        let on = [self.partition, self.crash, self.crash_wipe, self.loss, self.dup, self.reorder, self.skew];
+        let names: Vec<&str> = FAULT_NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(",")
+        }
+    }
+}
+
+/// Everything that determines a run (together with the protocol code).
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub protocol: &'static ProtocolInfo,
+    pub seed: u64,
+    /// 3 or 5 (any n >= 1 works).
+    pub replicas: usize,
+    pub faults: FaultSet,
+    /// Client sessions; None = 3 to 5, chosen by the seed.
+    pub clients: Option<usize>,
+    /// Operations each client issues.
+    pub ops_per_client: usize,
+    /// Size of the key set (small, to force conflicts).
+    pub keys: usize,
+    /// Virtual duration of the fault phase.
+    pub fault_phase: Duration,
+    /// After healing, everything must complete and converge within this virtual time.
+    pub liveness_timeout: Duration,
+    pub params: ProtocolParams,
+    /// Collect a readable trace (one line per event).
+    pub trace: bool,
+}
+
+impl SimConfig {
+    pub fn new(protocol: &'static ProtocolInfo, seed: u64) -> SimConfig {
+        SimConfig {
+            protocol,
+            seed,
+            replicas: 3,
+            faults: FaultSet::all(),
+            clients: None,
+            ops_per_client: 30,
+            keys: 3,
+            fault_phase: Duration::from_secs(5),
+            liveness_timeout: Duration::from_secs(30),
+            params: ProtocolParams::default(),
+            trace: false,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The protocol could not be built or restarted.
+    Setup,
+    /// Two replicas applied different commands at one position.
+    Agreement,
+    /// A replica applied one position twice (without a restart or snapshot in between).
+    DoubleApply,
+    /// Replicas that executed the same number of commands have different states.
+    Divergence,
+    /// A snapshot the protocol asked to install does not decode.
+    Snapshot,
+    /// A reply whose result does not fit the operation.
+    BadReply,
+    /// After healing, operations did not complete or replicas did not converge in time.
+    Liveness,
+    /// The client history is not linearizable.
+    Linearizability,
+}
+
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// Virtual time of detection (ns).
+    pub at: u64,
+    pub detail: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} violation at {}: {}", self.kind, Time(self.at), self.detail)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    pub events: u64,
+    pub messages_sent: u64,
+    pub messages_dropped: u64,
+    pub ops_completed: u64,
+    pub ops_indeterminate: u64,
+    pub crashes: u64,
+    pub partitions: u64,
+    /// Virtual time at the end of the run (ns).
+    pub virtual_end: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    pub failure: Option<Failure>,
+    pub history: History,
+    /// Empty unless `SimConfig::trace`.
+    pub trace: Vec<String>,
+    pub stats: RunStats,
+}
+
+// ---------------------------------------------------------------------------------------
+// Randomness: every stream derives from the one seed.
+
+const STREAM_NET: u64 = 1;
+const STREAM_FAULTS: u64 = 2;
+const STREAM_CLIENT: u64 = 3;
+const STREAM_REPLICA: u64 = 4;
+const STREAM_SETUP: u64 = 5;
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
+    x ^ (x >> 31)
+}
+
+fn derive_rng(seed: u64, stream: u64, index: u64) -> Rng {
+    synod_core::rng_from_seed(splitmix(splitmix(seed ^ splitmix(stream)) ^ index))
+}
+
+fn uniform(rng: &mut Rng, lo: u64, hi: u64) -> u64 {
+    if hi <= lo {
+        lo
+    } else {
+        rng.gen_range(lo..=hi)
+    }
+}
+
+fn exponential(rng: &mut Rng, mean: u64) -> u64 {
+    let u: f64 = rng.gen();
+    (-(mean as f64) * (1.0 - u).ln()).min(mean as f64 * 20.0) as u64
+}
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+// ---------------------------------------------------------------------------------------
+// Events
+
+enum Ev {
+    /// A peer message arriving at replica `to` (dropped if `to` restarted since it was sent).
+    Deliver {
+        to: usize,
+        incarnation: u64,
+        from: NodeId,
+        sent_at: Time,
+        msg: Bytes,
+    },
+    Timer {
+        node: usize,
+        incarnation: u64,
+        timer: TimerId,
+        generation: u64,
+    },
+    Persisted {
+        node: usize,
+        incarnation: u64,
+        token: u64,
+    },
+    Snapshot {
+        node: usize,
+        incarnation: u64,
+        token: u64,
+        data: Bytes,
+    },
+    /// A client request arriving at a replica.
+    Request {
+        node: usize,
+        client: usize,
+        cmd: Command,
+    },
+    /// A reply arriving at a client.
+    Response {
+        client: usize,
+        reply: Reply,
+    },
+    ClientIssue {
+        client: usize,
+    },
+    ClientResend {
+        client: usize,
+        seq: u64,
+    },
+    ClientTimeout {
+        client: usize,
+        seq: u64,
+        attempt: u32,
+    },
+    FaultTick,
+    Restart {
+        node: usize,
+        incarnation: u64,
+        wipe: bool,
+    },
+    Heal,
+    ConvergeCheck,
+}
+
+struct Scheduled {
+    at: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    /// Reversed: BinaryHeap is a max-heap and we want the earliest (time, seq) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Network
+
+/// Endpoints of a link: replicas by index, clients offset past them.
+type Endpoint = usize;
+
+struct Net {
+    rng: Rng,
+    base: u64,
+    jitter: u64,
+    loss: f64,
+    dup: f64,
+    /// Probability of an extra delay that reorders a message past later ones.
+    reorder: f64,
+    /// Directed replica links that are cut (from index, to index).
+    cut: BTreeSet<(usize, usize)>,
+    /// Replicas that clients cannot reach (fully isolated nodes).
+    client_cut: BTreeSet<usize>,
+    /// Latest arrival per directed link, to keep links FIFO when reordering is off.
+    last_arrival: BTreeMap<(Endpoint, Endpoint), u64>,
+}
+
+impl Net {
+    /// Arrival times of a message sent now (none if lost, two if duplicated).
+    fn transmit(&mut self, from: Endpoint, to: Endpoint, now: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        if self.loss > 0.0 && self.rng.gen_bool(self.loss) {
+            return out;
+        }
+        let copies = if self.dup > 0.0 && self.rng.gen_bool(self.dup) { 2 } else { 1 };
+        for _ in 0..copies {
+            let mut delay = self.base + exponential(&mut self.rng, self.jitter);
+            let mut at = now + delay;
+            if self.reorder > 0.0 {
+                if self.rng.gen_bool(self.reorder) {
+                    delay += uniform(&mut self.rng, MS, 30 * MS);
+                    at = now + delay;
+                }
+            } else {
+                let last = self.last_arrival.entry((from, to)).or_insert(0);
+                at = at.max(*last);
+                *last = at;
+            }
+            out.push(at);
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Replicas
+
+/// Every replica's clock starts here, so negative skews stay representable.
+const CLOCK_BASE: i64 = 1_000_000_000_000;
+
+struct Replica {
+    id: NodeId,
+    /// None while crashed.
+    proto: Option<Box<dyn Protocol>>,
+    sm: StateMachine,
+    /// What the replica persisted (survives crashes unless wiped).
+    durable: Vec<Bytes>,
+    /// Armed timers and their generation; a firing with another generation is stale.
+    timers: BTreeMap<TimerId, u64>,
+    next_generation: u64,
+    /// Bumped at every crash and restart; events of an older incarnation are dropped.
+    incarnation: u64,
+    rng: Rng,
+    skew_ns: i64,
+    drift_ppm: i64,
+    /// Positions applied to `sm` since it was last reset.
+    applied: BTreeSet<Pos>,
+}
+
+impl Replica {
+    fn local_time(&self, now: u64) -> Time {
+        let drift = (now as i128 * self.drift_ppm as i128 / 1_000_000) as i64;
+        Time((CLOCK_BASE + self.skew_ns + now as i64 + drift) as u64)
+    }
+
+    /// A duration on this replica's (drifting) clock, in virtual nanoseconds.
+    fn virtual_duration(&self, d: Duration) -> u64 {
+        let ns = d.as_nanos().min(u64::MAX as u128 / 4) as i128;
+        (ns * 1_000_000 / (1_000_000 + self.drift_ppm as i128)) as u64
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Clients
+
+struct Pending {
+    seq: u64,
+    cmd: Command,
+    /// Index in the history.
+    hist: usize,
+    attempt: u32,
+    timeouts: u32,
+    target: usize,
+}
+
+struct Client {
+    session: u64,
+    rng: Rng,
+    seq: u64,
+    remaining: usize,
+    pending: Option<Pending>,
+    leader_guess: usize,
+    /// The last value this client saw per key (CAS expectations come from it).
+    seen: BTreeMap<String, Option<String>>,
+}
+
+/// Attempts that time out before a client gives up on an operation during the fault phase.
+const GIVE_UP_AFTER_TIMEOUTS: u32 = 6;
+
+// ---------------------------------------------------------------------------------------
+// The simulation
+
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    now: u64,
+    queue: BinaryHeap<Scheduled>,
+    next_seq: u64,
+    members: Vec<NodeId>,
+    replicas: Vec<Replica>,
+    clients: Vec<Client>,
+    history: Vec<Operation>,
+    net: Net,
+    fault_rng: Rng,
+    healed: bool,
+    deadline: u64,
+    client_timeout: u64,
+    /// The first command applied at each position, by whom.
+    chosen: BTreeMap<Pos, (NodeId, Command)>,
+    failure: Option<Failure>,
+    done: bool,
+    trace: Option<Vec<String>>,
+    stats: RunStats,
+}
+
+/// Upper bound on processed events, so a protocol that spins on zero-delay timers ends
+/// as a liveness failure instead of hanging the checker.
+const MAX_EVENTS: u64 = 20_000_000;
+
+/// Run one simulation and check it (invariants, liveness, then linearizability).
+pub fn run(cfg: &SimConfig) -> RunReport {
+    let mut sim = Sim::new(cfg);
+    sim.start();
+    sim.run_loop();
+    let history = History {
+        ops: std::mem::take(&mut sim.history),
+        note: format!("{} seed {} faults {}", cfg.protocol.name, cfg.seed, cfg.faults.to_list()),
+        expect: None,
+    };
+    let mut failure = sim.failure.take();
+    let safety_failed = failure.as_ref().is_some_and(|f| f.kind != FailureKind::Liveness);
+    if !safety_failed {
+        if let Err(v) = linearizability::check(&history) {
+            failure = Some(Failure { kind: FailureKind::Linearizability, at: sim.now, detail: v.to_string() });
+        }
+    }
+    sim.stats.virtual_end = sim.now;
+    sim.stats.ops_completed = history.ops.iter().filter(|o| o.ret.is_some()).count() as u64;
+    sim.stats.ops_indeterminate = history.ops.len() as u64 - sim.stats.ops_completed;
+    RunReport { seed: cfg.seed, failure, history, trace: sim.trace.take().unwrap_or_default(), stats: sim.stats }
+}
+
+impl<'a> Sim<'a> {
+    fn new(cfg: &'a SimConfig) -> Sim<'a> {
+        let n = cfg.replicas.max(1);
+        let members: Vec<NodeId> = (1..=n as NodeId).collect();
+        let mut setup_rng = derive_rng(cfg.seed, STREAM_SETUP, 0);
+        let f = cfg.faults;
+        let base = uniform(&mut setup_rng, 100 * US, MS);
+        let net = Net {
+            rng: derive_rng(cfg.seed, STREAM_NET, 0),
+            base,
+            jitter: base / 2 + 1,
+            loss: if f.loss { setup_rng.gen_range(0.01..0.08) } else { 0.0 },
+            dup: if f.dup { setup_rng.gen_range(0.01..0.05) } else { 0.0 },
+            reorder: if f.reorder { setup_rng.gen_range(0.01..0.1) } else { 0.0 },
+            cut: BTreeSet::new(),
+            client_cut: BTreeSet::new(),
+            last_arrival: BTreeMap::new(),
+        };
+        let replicas = members
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let (skew_ns, drift_ppm) = if f.skew {
+                    (setup_rng.gen_range(-300 * MS as i64..=300 * MS as i64), setup_rng.gen_range(-500..=500))
+                } else {
+                    (0, 0)
+                };
+                Replica {
+                    id,
+                    proto: None,
+                    sm: StateMachine::new(),
+                    durable: Vec::new(),
+                    timers: BTreeMap::new(),
+                    next_generation: 0,
+                    incarnation: 0,
+                    rng: derive_rng(cfg.seed, STREAM_REPLICA, (i as u64) << 32),
+                    skew_ns,
+                    drift_ppm,
+                    applied: BTreeSet::new(),
+                }
+            })
+            .collect();
+        let nclients = cfg.clients.unwrap_or_else(|| uniform(&mut setup_rng, 3, 5) as usize).max(1);
+        let clients = (0..nclients)
+            .map(|i| {
+                let mut rng = derive_rng(cfg.seed, STREAM_CLIENT, i as u64);
+                let session = rng.gen_range(1..u64::MAX);
+                let leader_guess = rng.gen_range(0..n);
+                Client {
+                    session,
+                    rng,
+                    seq: 0,
+                    remaining: cfg.ops_per_client,
+                    pending: None,
+                    leader_guess,
+                    seen: BTreeMap::new(),
+                }
+            })
+            .collect();
+        let client_timeout = cfg.params.election_timeout_max_ms.max(100) * MS;
+        Sim {
+            cfg,
+            now: 0,
+            queue: BinaryHeap::new(),
+            next_seq: 0,
+            members,
+            replicas,
+            clients,
+            history: Vec::new(),
+            net,
+            fault_rng: derive_rng(cfg.seed, STREAM_FAULTS, 0),
+            healed: false,
+            deadline: u64::MAX,
+            client_timeout,
+            chosen: BTreeMap::new(),
+            failure: None,
+            done: false,
+            trace: cfg.trace.then(Vec::new),
+            stats: RunStats::default(),
+        }
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        self.next_seq += 1;
+        self.queue.push(Scheduled { at, seq: self.next_seq, ev });
+    }
+
+    fn log(&mut self, who: &str, what: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push(format!("{} {who:<4} {}", Time(self.now), what()));
+        }
+    }
+
+    fn fail(&mut self, kind: FailureKind, detail: String) {
+        if self.failure.is_none() {
+            self.log("sim", || format!("VIOLATION {kind:?}: {detail}"));
+            self.failure = Some(Failure { kind, at: self.now, detail });
+        }
+    }
+
+    fn start(&mut self) {
+        for i in 0..self.replicas.len() {
+            self.boot(i, Vec::new());
+        }
+        for c in 0..self.clients.len() {
+            let at = uniform(&mut self.fault_rng, 0, 20 * MS);
+            self.schedule(at, Ev::ClientIssue { client: c });
+        }
+        let f = self.cfg.faults;
+        if f.partition || f.crash || f.crash_wipe {
+            let at = uniform(&mut self.fault_rng, 50 * MS, 500 * MS);
+            self.schedule(at, Ev::FaultTick);
+        }
+        self.schedule(self.cfg.fault_phase.as_nanos() as u64, Ev::Heal);
+    }
+
+    fn run_loop(&mut self) {
+        while let Some(s) = self.queue.pop() {
+            if self.done || self.failure.is_some() {
+                break;
+            }
+            self.now = s.at;
+            self.stats.events += 1;
+            if self.stats.events > MAX_EVENTS {
+                self.fail(FailureKind::Liveness, format!("event budget of {MAX_EVENTS} exhausted (a timer loop?)"));
+                break;
+            }
+            self.handle(s.ev);
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver { to, incarnation, from, sent_at, msg } => {
+                if self.replicas[to].incarnation != incarnation || self.replicas[to].proto.is_none() {
+                    return;
+                }
+                if self.trace.is_some() {
+                    let d = self.replicas[to].proto.as_ref().map(|p| p.describe_message(&msg)).unwrap_or_default();
+                    self.log(&format!("n{}", self.replicas[to].id), || format!("<- n{from} {d}"));
+                }
+                self.on_replica_event(to, Event::Message { from, sent_at, msg });
+            }
+            Ev::Timer { node, incarnation, timer, generation } => {
+                let r = &mut self.replicas[node];
+                if r.incarnation != incarnation || r.timers.get(&timer) != Some(&generation) {
+                    return;
+                }
+                r.timers.remove(&timer);
+                let id = r.id;
+                self.log(&format!("n{id}"), || format!("timer {timer}"));
+                self.on_replica_event(node, Event::Timer(timer));
+            }
+            Ev::Persisted { node, incarnation, token } => {
+                if self.replicas[node].incarnation == incarnation {
+                    let id = self.replicas[node].id;
+                    self.log(&format!("n{id}"), || format!("persisted {token}"));
+                    self.on_replica_event(node, Event::Persisted { token });
+                }
+            }
+            Ev::Snapshot { node, incarnation, token, data } => {
+                if self.replicas[node].incarnation == incarnation {
+                    let id = self.replicas[node].id;
+                    self.log(&format!("n{id}"), || format!("snapshot taken {token} ({} bytes)", data.len()));
+                    self.on_replica_event(node, Event::SnapshotTaken { token, data });
+                }
+            }
+            Ev::Request { node, client, cmd } => {
+                if self.replicas[node].proto.is_none() {
+                    return;
+                }
+                let id = self.replicas[node].id;
+                self.log(&format!("n{id}"), || format!("<- c{client} request seq={} {:?}", cmd.seq, cmd.op));
+                self.on_replica_event(
+                    node,
+                    Event::Request { client: ClientRef { node: id, conn: client as u64 }, cmd },
+                );
+            }
+            Ev::Response { client, reply } => self.client_response(client, reply),
+            Ev::ClientIssue { client } => self.client_issue(client),
+            Ev::ClientResend { client, seq } => {
+                if self.clients[client].pending.as_ref().is_some_and(|p| p.seq == seq) {
+                    self.client_send(client);
+                }
+            }
+            Ev::ClientTimeout { client, seq, attempt } => self.client_timeout(client, seq, attempt),
+            Ev::FaultTick => self.fault_tick(),
+            Ev::Restart { node, incarnation, wipe } => {
+                if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_none() {
+                    self.restart(node, wipe);
+                }
+            }
+            Ev::Heal => self.heal(),
+            Ev::ConvergeCheck => self.converge_check(),
+        }
+    }
+
+    // --- replicas -----------------------------------------------------------------------
+
+    fn build(&mut self, node: usize) -> Option<Box<dyn Protocol>> {
+        let setup =
+            Setup { id: self.replicas[node].id, members: self.members.clone(), params: self.cfg.params.clone() };
+        match (self.cfg.protocol.build)(&setup) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.fail(FailureKind::Setup, format!("building {} replica {}: {e}", self.cfg.protocol.name, setup.id));
+                None
+            }
+        }
+    }
+
+    /// Start a replica from `records` (fresh state machine; the protocol re-applies).
+    fn boot(&mut self, node: usize, records: Vec<Bytes>) {
+        let Some(mut proto) = self.build(node) else { return };
+        let r = &mut self.replicas[node];
+        r.sm = StateMachine::new();
+        r.applied.clear();
+        r.timers.clear();
+        let id = r.id;
+        let nrecords = records.len();
+        let mut actions = Vec::new();
+        let now = r.local_time(self.now);
+        {
+            let mut ctx = Ctx::new(id, now, &mut r.rng, &mut actions);
+            proto.recover(&mut ctx, records);
+        }
+        r.proto = Some(proto);
+        self.log(&format!("n{id}"), || format!("recover from {nrecords} records"));
+        self.execute(node, actions);
+    }
+
+    fn on_replica_event(&mut self, node: usize, event: Event) {
+        let r = &mut self.replicas[node];
+        let now = r.local_time(self.now);
+        let Some(proto) = r.proto.as_mut() else { return };
+        let mut actions = Vec::new();
+        {
+            let mut ctx = Ctx::new(r.id, now, &mut r.rng, &mut actions);
+            proto.on_event(&mut ctx, event);
+        }
+        self.execute(node, actions);
+    }
+
+    fn execute(&mut self, node: usize, actions: Vec<Action>) {
+        let id = self.replicas[node].id;
+        let who = format!("n{id}");
+        for action in actions {
+            match action {
+                Action::Send { to, msg } => self.send(node, to, msg),
+                Action::Broadcast { msg } => {
+                    for to in self.members.clone() {
+                        if to != id {
+                            self.send(node, to, msg.clone());
+                        }
+                    }
+                }
+                Action::Persist { token, records } => {
+                    self.log(&who, || format!("persist {token} ({} records)", records.len()));
+                    self.replicas[node].durable.extend(records);
+                    self.storage_done(node, token);
+                }
+                Action::RewriteDurable { token, records } => {
+                    self.log(&who, || format!("rewrite durable {token} ({} records)", records.len()));
+                    self.replicas[node].durable = records;
+                    self.storage_done(node, token);
+                }
+                Action::Reply { client, reply } => {
+                    self.log(&who, || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
+                    if client.node == id {
+                        self.to_client(node, client.conn, reply);
+                    }
+                }
+                Action::Apply { pos, cmd, reply } => self.apply(node, pos, cmd, reply),
+                Action::SetTimer { timer, after } => {
+                    let r = &mut self.replicas[node];
+                    r.next_generation += 1;
+                    let generation = r.next_generation;
+                    r.timers.insert(timer, generation);
+                    let at = self.now.saturating_add(r.virtual_duration(after));
+                    let incarnation = r.incarnation;
+                    self.schedule(at, Ev::Timer { node, incarnation, timer, generation });
+                }
+                Action::CancelTimer { timer } => {
+                    self.replicas[node].timers.remove(&timer);
+                }
+                Action::TakeSnapshot { token } => {
+                    let data = Bytes::from(self.replicas[node].sm.snapshot());
+                    let at = self.now + uniform(&mut self.net.rng, 100 * US, 2 * MS);
+                    let incarnation = self.replicas[node].incarnation;
+                    self.log(&who, || format!("take snapshot {token}"));
+                    self.schedule(at, Ev::Snapshot { node, incarnation, token, data });
+                }
+                Action::InstallSnapshot { data } => match StateMachine::restore(&data) {
+                    Ok(sm) => {
+                        self.log(&who, || {
+                            format!("install snapshot ({} bytes, {} applied)", data.len(), sm.applied_count())
+                        });
+                        let r = &mut self.replicas[node];
+                        r.sm = sm;
+                        r.applied.clear();
+                    }
+                    Err(e) => self.fail(FailureKind::Snapshot, format!("n{id}: {e}")),
+                },
+            }
+        }
+    }
+
+    fn storage_done(&mut self, node: usize, token: u64) {
+        let at = self.now + uniform(&mut self.net.rng, 50 * US, 500 * US);
+        let incarnation = self.replicas[node].incarnation;
+        self.schedule(at, Ev::Persisted { node, incarnation, token });
+    }
+
+    fn send(&mut self, from: usize, to: NodeId, msg: Bytes) {
+        let from_id = self.replicas[from].id;
+        let Some(to_idx) = self.members.iter().position(|&m| m == to) else {
+            self.log(&format!("n{from_id}"), || format!("send to unknown node {to} dropped"));
+            return;
+        };
+        self.stats.messages_sent += 1;
+        if self.trace.is_some() {
+            let d = self.replicas[from].proto.as_ref().map(|p| p.describe_message(&msg)).unwrap_or_default();
+            self.log(&format!("n{from_id}"), || format!("-> n{to} {d}"));
+        }
+        let sent_at = self.replicas[from].local_time(self.now);
+        let incarnation = self.replicas[to_idx].incarnation;
+        let arrivals = if to_idx == from {
+            vec![self.now + 1]
+        } else if self.net.cut.contains(&(from, to_idx)) {
+            Vec::new()
+        } else {
+            self.net.transmit(from, to_idx, self.now)
+        };
+        if arrivals.is_empty() {
+            self.stats.messages_dropped += 1;
+        }
+        for at in arrivals {
+            self.schedule(at, Ev::Deliver { to: to_idx, incarnation, from: from_id, sent_at, msg: msg.clone() });
+        }
+    }
+
+    fn apply(&mut self, node: usize, pos: Pos, cmd: Command, reply: Option<ClientRef>) {
+        let id = self.replicas[node].id;
+        self.log(&format!("n{id}"), || format!("apply {pos} c{:x}#{} {:?}", cmd.client, cmd.seq, cmd.op));
+        match self.chosen.get(&pos) {
+            Some((first, c)) if *c != cmd => {
+                let detail = format!("position {pos}: n{first} applied {c:?}, n{id} applied {cmd:?}");
+                self.fail(FailureKind::Agreement, detail);
+                return;
+            }
+            Some(_) => {}
+            None => {
+                self.chosen.insert(pos, (id, cmd.clone()));
+            }
+        }
+        if !self.replicas[node].applied.insert(pos) {
+            self.fail(FailureKind::DoubleApply, format!("n{id} applied position {pos} twice"));
+            return;
+        }
+        let result = self.replicas[node].sm.apply(&cmd).result();
+        if let Some(c) = reply {
+            if c.node == id {
+                let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
+                self.to_client(node, c.conn, reply);
+            }
+        }
+    }
+
+    fn to_client(&mut self, node: usize, conn: u64, reply: Reply) {
+        let client = conn as usize;
+        if client >= self.clients.len() || self.net.client_cut.contains(&node) {
+            return;
+        }
+        let n = self.replicas.len();
+        for at in self.net.transmit(node, n + client, self.now) {
+            self.schedule(at, Ev::Response { client, reply: reply.clone() });
+        }
+    }
+
+    // --- faults -------------------------------------------------------------------------
+
+    fn crashed(&self) -> usize {
+        self.replicas.iter().filter(|r| r.proto.is_none()).count()
+    }
+
+    fn fault_tick(&mut self) {
+        if self.healed {
+            return;
+        }
+        let f = self.cfg.faults;
+        let mut kinds = Vec::new();
+        if f.partition {
+            kinds.push(0);
+        }
+        if f.crash || f.crash_wipe {
+            kinds.push(1);
+        }
+        let n = self.replicas.len();
+        match kinds[self.fault_rng.gen_range(0..kinds.len())] {
+            0 => {
+                let active = !self.net.cut.is_empty() || !self.net.client_cut.is_empty();
+                if active && self.fault_rng.gen_bool(0.5) {
+                    self.net.cut.clear();
+                    self.net.client_cut.clear();
+                    self.log("net", || "partition healed".into());
+                } else {
+                    self.new_partition(n);
+                }
+            }
+            _ => {
+                let max_down = (n - 1) / 2;
+                let alive: Vec<usize> = (0..n).filter(|&i| self.replicas[i].proto.is_some()).collect();
+                if self.crashed() < max_down && !alive.is_empty() {
+                    let node = alive[self.fault_rng.gen_range(0..alive.len())];
+                    let wipe = f.crash_wipe && (!f.crash || self.fault_rng.gen_bool(0.5));
+                    self.crash(node);
+                    let at = self.now + uniform(&mut self.fault_rng, 100 * MS, 3000 * MS);
+                    let incarnation = self.replicas[node].incarnation;
+                    self.schedule(at, Ev::Restart { node, incarnation, wipe });
+                }
+            }
+        }
+        let at = self.now + uniform(&mut self.fault_rng, 100 * MS, 800 * MS);
+        self.schedule(at, Ev::FaultTick);
+    }
+
+    fn new_partition(&mut self, n: usize) {
+        self.net.cut.clear();
+        self.net.client_cut.clear();
+        self.stats.partitions += 1;
+        let x = self.fault_rng.gen_range(0..n);
+        let desc = match self.fault_rng.gen_range(0..3) {
+            0 => {
+                for j in (0..n).filter(|&j| j != x) {
+                    self.net.cut.insert((x, j));
+                    self.net.cut.insert((j, x));
+                }
+                self.net.client_cut.insert(x);
+                format!("isolate n{}", x + 1)
+            }
+            1 => {
+                for a in 0..n {
+                    for b in (a + 1)..n {
+                        if self.fault_rng.gen_bool(0.35) {
+                            self.net.cut.insert((a, b));
+                            self.net.cut.insert((b, a));
+                        }
+                    }
+                }
+                let links: Vec<String> =
+                    self.net.cut.iter().filter(|(a, b)| a < b).map(|(a, b)| format!("n{}-n{}", a + 1, b + 1)).collect();
+                format!("partial, cut links [{}]", links.join(" "))
+            }
+            _ => {
+                let inbound = self.fault_rng.gen_bool(0.5);
+                for j in (0..n).filter(|&j| j != x) {
+                    self.net.cut.insert(if inbound { (j, x) } else { (x, j) });
+                }
+                format!("asymmetric: n{} {} cut", x + 1, if inbound { "inbound" } else { "outbound" })
+            }
+        };
+        self.log("net", || format!("partition: {desc}"));
+    }
+
+    fn crash(&mut self, node: usize) {
+        self.stats.crashes += 1;
+        let r = &mut self.replicas[node];
+        r.proto = None;
+        r.timers.clear();
+        r.incarnation += 1;
+        r.sm = StateMachine::new();
+        r.applied.clear();
+        let id = r.id;
+        self.log(&format!("n{id}"), || "CRASH".into());
+    }
+
+    fn restart(&mut self, node: usize, wipe: bool) {
+        let r = &mut self.replicas[node];
+        r.incarnation += 1;
+        r.rng = derive_rng(self.cfg.seed, STREAM_REPLICA, ((node as u64) << 32) | r.incarnation);
+        if wipe {
+            r.durable.clear();
+        }
+        let id = r.id;
+        let records = r.durable.clone();
+        self.log(&format!("n{id}"), || format!("RESTART{}", if wipe { " with a wiped disk" } else { "" }));
+        self.boot(node, records);
+    }
+
+    fn heal(&mut self) {
+        self.healed = true;
+        self.net.cut.clear();
+        self.net.client_cut.clear();
+        self.net.loss = 0.0;
+        self.net.dup = 0.0;
+        self.net.reorder = 0.0;
+        self.log("sim", || "HEAL: liveness phase begins".into());
+        for node in 0..self.replicas.len() {
+            if self.replicas[node].proto.is_none() {
+                self.restart(node, false);
+            }
+        }
+        self.deadline = self.now + self.cfg.liveness_timeout.as_nanos() as u64;
+        self.schedule(self.now + 100 * MS, Ev::ConvergeCheck);
+    }
+
+    fn converge_check(&mut self) {
+        // Equal progress must mean equal state.
+        let mut by_count: BTreeMap<u64, (NodeId, u64)> = BTreeMap::new();
+        for r in self.replicas.iter().filter(|r| r.proto.is_some()) {
+            let (count, digest) = (r.sm.applied_count(), r.sm.digest());
+            if let Some(&(other, d)) = by_count.get(&count) {
+                if d != digest {
+                    let detail = format!("n{other} and n{} executed {count} commands but their states differ", r.id);
+                    self.fail(FailureKind::Divergence, detail);
+                    return;
+                }
+            } else {
+                by_count.insert(count, (r.id, digest));
+            }
+        }
+        let clients_done = self.clients.iter().all(|c| c.remaining == 0 && c.pending.is_none());
+        let all_up = self.replicas.iter().all(|r| r.proto.is_some());
+        if clients_done && all_up && by_count.len() == 1 {
+            self.log("sim", || "converged: all operations complete, replicas equal".into());
+            self.done = true;
+            return;
+        }
+        if self.now >= self.deadline {
+            let pending: Vec<String> = self
+                .clients
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.remaining > 0 || c.pending.is_some())
+                .map(|(i, c)| {
+                    format!("c{i} ({} left, pending seq {:?})", c.remaining, c.pending.as_ref().map(|p| p.seq))
+                })
+                .collect();
+            let progress: Vec<String> = self
+                .replicas
+                .iter()
+                .map(|r| {
+                    let role = r.proto.as_ref().map(|p| p.status().role.to_string()).unwrap_or("down".into());
+                    format!("n{} {role} applied={}", r.id, r.sm.applied_count())
+                })
+                .collect();
+            let detail = format!(
+                "not done {} after healing: clients waiting: [{}]; replicas: [{}]",
+                Time(self.cfg.liveness_timeout.as_nanos() as u64),
+                pending.join(", "),
+                progress.join(", ")
+            );
+            self.fail(FailureKind::Liveness, detail);
+            return;
+        }
+        self.schedule(self.now + 100 * MS, Ev::ConvergeCheck);
+    }
+
+    // --- clients ------------------------------------------------------------------------
+
+    fn client_issue(&mut self, ci: usize) {
+        let keys = self.cfg.keys.max(1);
+        let c = &mut self.clients[ci];
+        if c.remaining == 0 || c.pending.is_some() {
+            return;
+        }
+        c.remaining -= 1;
+        c.seq += 1;
+        let seq = c.seq;
+        let key = format!("k{}", c.rng.gen_range(0..keys));
+        let unique = format!("c{ci}.{seq}");
+        let roll = c.rng.gen_range(0..100);
+        let kv = if roll < 35 {
+            KvOp::Get { key }
+        } else if roll < 65 {
+            KvOp::Put { key, value: unique }
+        } else if roll < 75 {
+            KvOp::Delete { key }
+        } else {
+            let expect = if c.rng.gen_bool(0.8) {
+                c.seen.get(&key).cloned().flatten()
+            } else {
+                Some(format!("c{ci}.{}", c.rng.gen_range(1..=seq)))
+            };
+            let new = if c.rng.gen_bool(0.85) { Some(unique) } else { None };
+            KvOp::Cas { key, expect, new }
+        };
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let op = match &kv {
+            KvOp::Get { key } => Op::Get { key: b(key) },
+            KvOp::Put { key, value } => Op::Put { key: b(key), value: b(value) },
+            KvOp::Delete { key } => Op::Delete { key: b(key) },
+            KvOp::Cas { key, expect, new } => {
+                Op::Cas { key: b(key), expect: expect.as_deref().map(b), new: new.as_deref().map(b) }
+            }
+        };
+        // One operation outstanding per session: every earlier request has its answer (or
+        // was abandoned), so the state machine may forget all results below `seq`.
+        let cmd = Command { client: c.session, seq, acked_below: seq, op };
+        let target =
+            if self.cfg.protocol.leader_based { c.leader_guess } else { c.rng.gen_range(0..self.replicas.len()) };
+        let hist = self.history.len();
+        self.history.push(Operation { client: c.session, op: kv, call: self.now, ret: None, output: None });
+        c.pending = Some(Pending { seq, cmd, hist, attempt: 0, timeouts: 0, target });
+        let text = self.history[hist].op_text();
+        self.log(&format!("c{ci}"), || format!("invoke seq={seq} {text}"));
+        self.client_send(ci);
+    }
+
+    fn client_send(&mut self, ci: usize) {
+        let n = self.replicas.len();
+        let Some(p) = self.clients[ci].pending.as_mut() else { return };
+        p.attempt += 1;
+        let (seq, attempt, target, cmd) = (p.seq, p.attempt, p.target, p.cmd.clone());
+        if !self.net.client_cut.contains(&target) {
+            for at in self.net.transmit(n + ci, target, self.now) {
+                self.schedule(at, Ev::Request { node: target, client: ci, cmd: cmd.clone() });
+            }
+        }
+        self.schedule(self.now + self.client_timeout, Ev::ClientTimeout { client: ci, seq, attempt });
+    }
+
+    /// Retry the pending operation at `target` after `delay`.
+    fn client_retry(&mut self, ci: usize, target: usize, delay: u64) {
+        let Some(p) = self.clients[ci].pending.as_mut() else { return };
+        p.target = target;
+        p.attempt += 1; // invalidates the outstanding timeout
+        let seq = p.seq;
+        self.clients[ci].leader_guess = target;
+        self.schedule(self.now + delay, Ev::ClientResend { client: ci, seq });
+    }
+
+    fn client_timeout(&mut self, ci: usize, seq: u64, attempt: u32) {
+        let n = self.replicas.len();
+        let healed = self.healed;
+        let Some(p) = self.clients[ci].pending.as_mut() else { return };
+        if p.seq != seq || p.attempt != attempt {
+            return;
+        }
+        p.timeouts += 1;
+        if !healed && p.timeouts >= GIVE_UP_AFTER_TIMEOUTS {
+            let p = self.clients[ci].pending.take().expect("pending");
+            self.log(&format!("c{ci}"), || format!("give up seq={} (indeterminate)", p.seq));
+            self.next_op_later(ci);
+            return;
+        }
+        let next = (p.target + 1 + self.clients[ci].rng.gen_range(0..n.max(2) - 1)) % n;
+        self.log(&format!("c{ci}"), || format!("timeout seq={seq}, retry at n{}", next + 1));
+        self.client_retry(ci, next, 0);
+    }
+
+    /// Schedule the client's next operation. Think times are bursty: half are short (the
+    /// operations of several clients overlap and conflict), half long enough that the
+    /// workload spans the whole fault phase instead of finishing before the first fault.
+    fn next_op_later(&mut self, ci: usize) {
+        let spread = 4 * self.cfg.fault_phase.as_nanos() as u64 / self.cfg.ops_per_client.max(1) as u64;
+        let rng = &mut self.clients[ci].rng;
+        let think = if rng.gen_bool(0.5) { uniform(rng, 0, 2 * MS) } else { uniform(rng, 0, spread) };
+        self.schedule(self.now + think, Ev::ClientIssue { client: ci });
+    }
+
+    fn client_response(&mut self, ci: usize, reply: Reply) {
+        let n = self.replicas.len();
+        let c = &self.clients[ci];
+        let Some(p) = c.pending.as_ref() else { return };
+        if reply.client != c.session || reply.seq != p.seq {
+            return;
+        }
+        let p_target = p.target;
+        self.log(&format!("c{ci}"), || format!("<- n{} seq={} {:?}", reply.from, reply.seq, reply.body));
+        let from_idx = self.members.iter().position(|&m| m == reply.from);
+        match reply.body {
+            ReplyBody::Done(result) => self.client_done(ci, result),
+            ReplyBody::NotLeader { leader } => {
+                let hint = leader.and_then(|l| self.members.iter().position(|&m| m == l));
+                let (target, delay) = match hint {
+                    Some(t) if Some(t) != from_idx => (t, uniform(&mut self.clients[ci].rng, 0, MS)),
+                    _ => {
+                        let t = (from_idx.unwrap_or(p_target) + 1) % n;
+                        (t, uniform(&mut self.clients[ci].rng, 5 * MS, 30 * MS))
+                    }
+                };
+                self.client_retry(ci, target, delay);
+            }
+            ReplyBody::Rejected { .. } => {
+                let t = (from_idx.unwrap_or(p_target) + 1) % n;
+                let delay = uniform(&mut self.clients[ci].rng, 10 * MS, 50 * MS);
+                self.client_retry(ci, t, delay);
+            }
+            // Speculative replies need a client-side quorum (Nezha); this client does not
+            // implement that yet, so it waits for a final reply.
+            ReplyBody::Speculative { .. } => {}
+            ReplyBody::Invalid { reason } => {
+                self.fail(FailureKind::BadReply, format!("c{ci}: valid request refused as invalid: {reason}"));
+            }
+        }
+    }
+
+    fn client_done(&mut self, ci: usize, result: OpResult) {
+        let now = self.now;
+        let p = self.clients[ci].pending.take().expect("pending");
+        let op = &mut self.history[p.hist];
+        let s = |v: Option<Bytes>| v.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let output = match (&op.op, result) {
+            (KvOp::Get { .. }, OpResult::Value(v)) => KvOutput::Value(s(v)),
+            (KvOp::Put { .. }, OpResult::Done) => KvOutput::Done,
+            (KvOp::Delete { .. }, OpResult::Deleted(b)) => KvOutput::Deleted(b),
+            (KvOp::Cas { .. }, OpResult::Cas { ok, current }) => KvOutput::Cas { ok, current: s(current) },
+            (_, OpResult::Error(e)) => {
+                // The state machine could not tell whether the request ran (stale session):
+                // the operation stays indeterminate.
+                self.log(&format!("c{ci}"), || format!("seq={} answered with error {e:?}", p.seq));
+                self.next_op_later(ci);
+                return;
+            }
+            (op, other) => {
+                let detail = format!("c{ci}: result {other:?} does not fit {op:?}");
+                self.fail(FailureKind::BadReply, detail);
+                return;
+            }
+        };
+        let key = op.op.key().to_string();
+        let seen = match (&op.op, &output) {
+            (KvOp::Put { value, .. }, _) => Some(value.clone()),
+            (KvOp::Cas { new, .. }, KvOutput::Cas { ok: true, .. }) => new.clone(),
+            (_, KvOutput::Value(v)) | (_, KvOutput::Cas { current: v, .. }) => v.clone(),
+            _ => None,
+        };
+        op.ret = Some(now);
+        op.output = Some(output);
+        self.clients[ci].seen.insert(key, seen);
+        self.next_op_later(ci);
+    }
+}
+
+impl Operation {
+    fn op_text(&self) -> String {
+        match &self.op {
+            KvOp::Get { key } => format!("get {key}"),
+            KvOp::Put { key, value } => format!("put {key}={value}"),
+            KvOp::Delete { key } => format!("delete {key}"),
+            KvOp::Cas { key, expect, new } => format!("cas {key} {expect:?}->{new:?}"),
+        }
+    }
+}
