@@ -10,12 +10,30 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+/// Condition of a conditional set (Redis `SET … NX | XX`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SetCond {
+    Always,
+    /// Only if the key does not exist (NX).
+    IfAbsent,
+    /// Only if the key exists (XX).
+    IfPresent,
+}
+
 /// One operation on the store.
+///
+/// The first group is the native API (get/put/delete/cas/scan); the second gives the Redis
+/// front end its semantics (typed values: strings and hashes; expiry; multi-key commands that
+/// are atomic because they are one log entry). Times (`expire_at_ms`) are wall-clock
+/// milliseconds; whether a key has expired is decided against the state machine's clock,
+/// which advances with the time stamped on each command ([`Command::now_ms`]), so every
+/// replica decides the same.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Op {
     Get {
         key: Bytes,
     },
+    /// Set a string value (and clear any expiry).
     Put {
         key: Bytes,
         value: Bytes,
@@ -31,6 +49,7 @@ pub enum Op {
         new: Option<Bytes>,
     },
     /// Keys in `[start, end)` (empty `end` = unbounded), at most `limit` pairs (0 = no limit).
+    /// String values only.
     Scan {
         start: Bytes,
         end: Bytes,
@@ -38,25 +57,143 @@ pub enum Op {
     },
     /// Does nothing; leaders commit it to fill holes or to mark a new term.
     Noop,
+
+    /// Redis SET with its options. `expire_at_ms` sets an absolute expiry; `keep_ttl` keeps
+    /// the existing one; otherwise any expiry is cleared. With `get`, the old value is returned.
+    Set {
+        key: Bytes,
+        value: Bytes,
+        cond: SetCond,
+        expire_at_ms: Option<u64>,
+        keep_ttl: bool,
+        get: bool,
+    },
+    /// Values of several keys (MGET): strings, None for absent or non-string keys.
+    MultiGet {
+        keys: Vec<Bytes>,
+    },
+    /// Set several string values atomically (MSET).
+    MultiPut {
+        pairs: Vec<(Bytes, Bytes)>,
+    },
+    /// Delete several keys (DEL); returns how many existed.
+    MultiDelete {
+        keys: Vec<Bytes>,
+    },
+    /// How many of the keys exist (EXISTS; a key named twice counts twice).
+    Exists {
+        keys: Vec<Bytes>,
+    },
+    /// Add `by` to the integer in a string value (INCR/INCRBY/DECR); absent = 0.
+    IncrBy {
+        key: Bytes,
+        by: i64,
+    },
+    /// Append to a string value (APPEND); returns the new length.
+    Append {
+        key: Bytes,
+        value: Bytes,
+    },
+    /// Length of a string value (STRLEN); 0 if absent.
+    Strlen {
+        key: Bytes,
+    },
+    /// Get a string value and delete the key (GETDEL).
+    GetDel {
+        key: Bytes,
+    },
+    /// Set fields of a hash (HSET/HMSET); returns how many fields were new.
+    HashSet {
+        key: Bytes,
+        pairs: Vec<(Bytes, Bytes)>,
+    },
+    /// Values of fields of a hash (HGET/HMGET/HEXISTS).
+    HashGet {
+        key: Bytes,
+        fields: Vec<Bytes>,
+    },
+    /// All field/value pairs of a hash (HGETALL).
+    HashGetAll {
+        key: Bytes,
+    },
+    /// Delete fields of a hash (HDEL); returns how many existed. An empty hash is removed.
+    HashDelete {
+        key: Bytes,
+        fields: Vec<Bytes>,
+    },
+    /// Number of fields in a hash (HLEN).
+    HashLen {
+        key: Bytes,
+    },
+    /// The type of a key: "string", "hash" or "none" (TYPE).
+    Type {
+        key: Bytes,
+    },
+    /// Keys after `after` (exclusive; empty = from the start) matching the glob `pattern`,
+    /// examining at most `count` keys (SCAN with a key cursor).
+    KeyScan {
+        after: Bytes,
+        pattern: Option<Bytes>,
+        count: u32,
+    },
+    /// Number of keys (DBSIZE).
+    DbSize,
 }
 
 /// What an operation touches, for interference checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Footprint<'a> {
     None,
-    Key(&'a [u8]),
-    Range { start: &'a [u8], end: &'a [u8] },
+    Keys(Vec<&'a [u8]>),
+    Range {
+        start: &'a [u8],
+        end: &'a [u8],
+    },
+    /// The whole key space (DBSIZE, SCAN).
+    All,
 }
 
 impl Op {
     pub fn is_write(&self) -> bool {
-        matches!(self, Op::Put { .. } | Op::Delete { .. } | Op::Cas { .. })
+        matches!(
+            self,
+            Op::Put { .. }
+                | Op::Delete { .. }
+                | Op::Cas { .. }
+                | Op::Set { .. }
+                | Op::MultiPut { .. }
+                | Op::MultiDelete { .. }
+                | Op::IncrBy { .. }
+                | Op::Append { .. }
+                | Op::GetDel { .. }
+                | Op::HashSet { .. }
+                | Op::HashDelete { .. }
+        )
     }
 
     pub fn footprint(&self) -> Footprint<'_> {
         match self {
-            Op::Get { key } | Op::Put { key, .. } | Op::Delete { key } | Op::Cas { key, .. } => Footprint::Key(key),
+            Op::Get { key }
+            | Op::Put { key, .. }
+            | Op::Delete { key }
+            | Op::Cas { key, .. }
+            | Op::Set { key, .. }
+            | Op::IncrBy { key, .. }
+            | Op::Append { key, .. }
+            | Op::Strlen { key }
+            | Op::GetDel { key }
+            | Op::HashSet { key, .. }
+            | Op::HashGet { key, .. }
+            | Op::HashGetAll { key }
+            | Op::HashDelete { key, .. }
+            | Op::HashLen { key }
+            | Op::Type { key } => Footprint::Keys(vec![key]),
+            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } => {
+                Footprint::Keys(keys.iter().map(|k| &k[..]).collect())
+            }
+            Op::MultiPut { pairs } => Footprint::Keys(pairs.iter().map(|(k, _)| &k[..]).collect()),
             Op::Scan { start, end, .. } => Footprint::Range { start, end },
+            Op::KeyScan { .. } | Op::DbSize => Footprint::All,
             Op::Noop => Footprint::None,
         }
     }
@@ -72,9 +209,10 @@ impl Op {
         }
         match (self.footprint(), other.footprint()) {
             (Footprint::None, _) | (_, Footprint::None) => false,
-            (Footprint::Key(a), Footprint::Key(b)) => a == b,
-            (Footprint::Key(k), Footprint::Range { start, end })
-            | (Footprint::Range { start, end }, Footprint::Key(k)) => in_range(k, start, end),
+            (Footprint::All, _) | (_, Footprint::All) => true,
+            (Footprint::Keys(a), Footprint::Keys(b)) => a.iter().any(|k| b.contains(k)),
+            (Footprint::Keys(ks), Footprint::Range { start, end })
+            | (Footprint::Range { start, end }, Footprint::Keys(ks)) => ks.iter().any(|k| in_range(k, start, end)),
             (Footprint::Range { start: s1, end: e1 }, Footprint::Range { start: s2, end: e2 }) => {
                 (e2.is_empty() || s1 < e2) && (e1.is_empty() || s2 < e1)
             }
@@ -83,48 +221,78 @@ impl Op {
 
     /// Approximate size in bytes (for batching limits and bandwidth accounting).
     pub fn size(&self) -> usize {
+        let mut n = 0;
+        self.for_each_key(|k| n += k.len());
+        self.for_each_value(|v| n += v.len());
+        n
+    }
+
+    fn for_each_key(&self, mut f: impl FnMut(&Bytes)) {
         match self {
-            Op::Get { key } | Op::Delete { key } => key.len(),
-            Op::Put { key, value } => key.len() + value.len(),
-            Op::Cas { key, expect, new } => {
-                key.len() + expect.as_ref().map_or(0, |v| v.len()) + new.as_ref().map_or(0, |v| v.len())
+            Op::Get { key }
+            | Op::Put { key, .. }
+            | Op::Delete { key }
+            | Op::Cas { key, .. }
+            | Op::Set { key, .. }
+            | Op::IncrBy { key, .. }
+            | Op::Append { key, .. }
+            | Op::Strlen { key }
+            | Op::GetDel { key }
+            | Op::HashGetAll { key }
+            | Op::HashLen { key }
+            | Op::Type { key } => f(key),
+            Op::HashSet { key, pairs } => {
+                f(key);
+                pairs.iter().for_each(|(field, _)| f(field));
             }
-            Op::Scan { start, end, .. } => start.len() + end.len(),
-            Op::Noop => 0,
+            Op::HashGet { key, fields } | Op::HashDelete { key, fields } => {
+                f(key);
+                fields.iter().for_each(f);
+            }
+            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } => keys.iter().for_each(f),
+            Op::MultiPut { pairs } => pairs.iter().for_each(|(k, _)| f(k)),
+            Op::Scan { start, end, .. } => {
+                f(start);
+                f(end);
+            }
+            Op::KeyScan { after, pattern, .. } => {
+                f(after);
+                if let Some(p) = pattern {
+                    f(p);
+                }
+            }
+            Op::Noop | Op::DbSize => {}
+        }
+    }
+
+    fn for_each_value(&self, mut f: impl FnMut(&Bytes)) {
+        match self {
+            Op::Put { value, .. } | Op::Set { value, .. } | Op::Append { value, .. } => f(value),
+            Op::Cas { expect, new, .. } => {
+                expect.iter().for_each(&mut f);
+                new.iter().for_each(f);
+            }
+            Op::MultiPut { pairs } | Op::HashSet { pairs, .. } => pairs.iter().for_each(|(_, v)| f(v)),
+            _ => {}
         }
     }
 
     /// Check the operation against the limits; the error is what the client is told.
     pub fn validate(&self, limits: &Limits) -> Result<(), CommandError> {
-        let check_key = |k: &Bytes| {
-            if k.len() > limits.max_key_bytes {
-                Err(CommandError::KeyTooLarge { size: k.len(), limit: limits.max_key_bytes })
-            } else {
-                Ok(())
+        let mut err = None;
+        self.for_each_key(|k| {
+            if k.len() > limits.max_key_bytes && err.is_none() {
+                err = Some(CommandError::KeyTooLarge { size: k.len(), limit: limits.max_key_bytes });
             }
-        };
-        let check_value = |v: &Bytes| {
-            if v.len() > limits.max_value_bytes {
-                Err(CommandError::ValueTooLarge { size: v.len(), limit: limits.max_value_bytes })
-            } else {
-                Ok(())
+        });
+        self.for_each_value(|v| {
+            if v.len() > limits.max_value_bytes && err.is_none() {
+                err = Some(CommandError::ValueTooLarge { size: v.len(), limit: limits.max_value_bytes });
             }
-        };
-        match self {
-            Op::Get { key } | Op::Delete { key } => check_key(key),
-            Op::Put { key, value } => check_key(key).and(check_value(value)),
-            Op::Cas { key, expect, new } => {
-                check_key(key)?;
-                if let Some(v) = expect {
-                    check_value(v)?;
-                }
-                if let Some(v) = new {
-                    check_value(v)?;
-                }
-                Ok(())
-            }
-            Op::Scan { start, end, .. } => check_key(start).and(check_key(end)),
-            Op::Noop => Ok(()),
+        });
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 }
@@ -162,26 +330,61 @@ impl Command {
 /// The result of an operation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpResult {
-    /// Get: the value, or None if absent.
+    /// Get / GetDel / Set with `get`: the value, or None if absent.
     Value(Option<Bytes>),
-    /// Put / Noop.
+    /// Put / Noop / MultiPut.
     Done,
     /// Delete: whether the key existed.
     Deleted(bool),
     /// Cas: whether the swap happened, and the value found.
-    Cas {
-        ok: bool,
-        current: Option<Bytes>,
-    },
+    Cas { ok: bool, current: Option<Bytes> },
+    /// Scan / HashGetAll: pairs in key order.
     Scan(Vec<(Bytes, Bytes)>),
+    /// Set without `get`: whether the condition held and the value was written.
+    Applied(bool),
+    /// Counts, lengths, integers (DEL, EXISTS, INCR, APPEND, STRLEN, HSET, HDEL, HLEN, DBSIZE).
+    Int(i64),
+    /// MultiGet / HashGet: one entry per key or field.
+    Values(Vec<Option<Bytes>>),
+    /// Type: "string", "hash" or "none".
+    Text(String),
+    /// KeyScan: matching keys, and the cursor to continue after (None = done).
+    Keys { keys: Vec<Bytes>, next: Option<Bytes> },
     /// The state machine refused the command (deterministically, on every replica).
     Error(String),
 }
 
-/// The ordered key-value store.
+/// Redis's error for an operation on a key holding the wrong kind of value.
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// A stored value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Value {
+    Str(Bytes),
+    Hash(BTreeMap<Bytes, Bytes>),
+}
+
+impl Value {
+    fn size(&self) -> usize {
+        match self {
+            Value::Str(b) => b.len(),
+            Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len()).sum(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Item {
+    value: Value,
+    expire_at_ms: Option<u64>,
+}
+
+/// The ordered key-value store with typed values and expiry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvStore {
-    map: BTreeMap<Bytes, Bytes>,
+    map: BTreeMap<Bytes, Item>,
+    /// Expiry index: (expire_at_ms, key), so expired keys are purged deterministically.
+    expiries: std::collections::BTreeSet<(u64, Bytes)>,
     bytes: usize,
 }
 
@@ -190,6 +393,7 @@ impl KvStore {
         Self::default()
     }
 
+    /// Number of keys (expired keys are purged on the next operation).
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -203,77 +407,356 @@ impl KvStore {
         self.bytes
     }
 
+    /// The string value stored under `key`, ignoring expiry (inspection and tests).
     pub fn get(&self, key: &[u8]) -> Option<&Bytes> {
-        self.map.get(key)
-    }
-
-    fn put(&mut self, key: Bytes, value: Bytes) {
-        self.bytes += value.len();
-        match self.map.insert(key.clone(), value) {
-            Some(old) => self.bytes -= old.len(),
-            None => self.bytes += key.len(),
+        match self.map.get(key) {
+            Some(Item { value: Value::Str(v), .. }) => Some(v),
+            _ => None,
         }
     }
 
-    fn delete(&mut self, key: &[u8]) -> Option<Bytes> {
-        let (k, v) = self.map.remove_entry(key)?;
-        self.bytes -= k.len() + v.len();
-        Some(v)
+    fn insert(&mut self, key: Bytes, value: Value, expire_at_ms: Option<u64>) {
+        self.remove(&key);
+        self.bytes += key.len() + value.size();
+        if let Some(t) = expire_at_ms {
+            self.expiries.insert((t, key.clone()));
+        }
+        self.map.insert(key, Item { value, expire_at_ms });
     }
 
-    /// Run one operation. Deterministic: the same sequence of operations gives the same
-    /// results and state on every replica.
-    pub fn apply(&mut self, op: &Op) -> OpResult {
-        match op {
-            Op::Get { key } => OpResult::Value(self.map.get(key).cloned()),
+    fn remove(&mut self, key: &[u8]) -> Option<Value> {
+        let (k, item) = self.map.remove_entry(key)?;
+        self.bytes -= k.len() + item.value.size();
+        if let Some(t) = item.expire_at_ms {
+            self.expiries.remove(&(t, k));
+        }
+        Some(item.value)
+    }
+
+    /// Drop every key whose expiry is at or before `now_ms`.
+    fn purge_expired(&mut self, now_ms: u64) {
+        while let Some((t, key)) = self.expiries.first().cloned() {
+            if t > now_ms {
+                break;
+            }
+            self.remove(&key);
+        }
+    }
+
+    fn string(&self, key: &[u8]) -> Result<Option<&Bytes>, OpResult> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Item { value: Value::Str(v), .. }) => Ok(Some(v)),
+            Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    fn hash(&self, key: &[u8]) -> Result<Option<&BTreeMap<Bytes, Bytes>>, OpResult> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Item { value: Value::Hash(h), .. }) => Ok(Some(h)),
+            Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    /// Replace a string value, keeping the key's expiry.
+    fn set_string_keep_ttl(&mut self, key: &Bytes, value: Bytes) {
+        let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+        self.insert(key.clone(), Value::Str(value), ttl);
+    }
+
+    /// Run one operation at state-machine time `now_ms`. Deterministic: the same sequence of
+    /// (operation, time) gives the same results and state on every replica.
+    pub fn apply(&mut self, op: &Op, now_ms: u64) -> OpResult {
+        self.purge_expired(now_ms);
+        match self.apply_inner(op) {
+            Ok(r) | Err(r) => r,
+        }
+    }
+
+    fn apply_inner(&mut self, op: &Op) -> Result<OpResult, OpResult> {
+        Ok(match op {
             Op::Put { key, value } => {
-                self.put(key.clone(), value.clone());
+                self.insert(key.clone(), Value::Str(value.clone()), None);
                 OpResult::Done
             }
-            Op::Delete { key } => OpResult::Deleted(self.delete(key).is_some()),
+            Op::Delete { key } => OpResult::Deleted(self.remove(key).is_some()),
             Op::Cas { key, expect, new } => {
-                let current = self.map.get(key).cloned();
-                if current == *expect {
-                    match new {
-                        Some(v) => self.put(key.clone(), v.clone()),
-                        None => {
-                            self.delete(key);
-                        }
+                let current = self.string(key)?.cloned();
+                if current != *expect {
+                    return Ok(OpResult::Cas { ok: false, current });
+                }
+                match new {
+                    Some(v) => self.insert(key.clone(), Value::Str(v.clone()), None),
+                    None => {
+                        self.remove(key);
                     }
-                    OpResult::Cas { ok: true, current }
+                }
+                OpResult::Cas { ok: true, current }
+            }
+            Op::Set { key, value, cond, expire_at_ms, keep_ttl, get } => {
+                let old = if *get { self.string(key)?.cloned() } else { None };
+                let exists = self.map.contains_key(key);
+                let ok = match cond {
+                    SetCond::Always => true,
+                    SetCond::IfAbsent => !exists,
+                    SetCond::IfPresent => exists,
+                };
+                if ok {
+                    let ttl = if *keep_ttl { self.map.get(key).and_then(|i| i.expire_at_ms) } else { *expire_at_ms };
+                    self.insert(key.clone(), Value::Str(value.clone()), ttl);
+                }
+                if *get {
+                    OpResult::Value(old)
                 } else {
-                    OpResult::Cas { ok: false, current }
+                    OpResult::Applied(ok)
                 }
             }
-            Op::Scan { .. } | Op::Noop => self.read(op),
+            Op::MultiPut { pairs } => {
+                for (k, v) in pairs {
+                    self.insert(k.clone(), Value::Str(v.clone()), None);
+                }
+                OpResult::Done
+            }
+            Op::MultiDelete { keys } => OpResult::Int(keys.iter().filter(|k| self.remove(k).is_some()).count() as i64),
+            Op::IncrBy { key, by } => {
+                let current = match self.string(key)? {
+                    None => 0,
+                    Some(v) => parse_i64(v).ok_or_else(|| err("ERR value is not an integer or out of range"))?,
+                };
+                let next = current.checked_add(*by).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+                self.set_string_keep_ttl(key, Bytes::from(next.to_string()));
+                OpResult::Int(next)
+            }
+            Op::Append { key, value } => {
+                let mut v = self.string(key)?.map(|b| b.to_vec()).unwrap_or_default();
+                v.extend_from_slice(value);
+                let len = v.len() as i64;
+                self.set_string_keep_ttl(key, Bytes::from(v));
+                OpResult::Int(len)
+            }
+            Op::GetDel { key } => {
+                let v = self.string(key)?.cloned();
+                if v.is_some() {
+                    self.remove(key);
+                }
+                OpResult::Value(v)
+            }
+            Op::HashSet { key, pairs } => {
+                let mut h = self.hash(key)?.cloned().unwrap_or_default();
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                let mut added = 0;
+                for (f, v) in pairs {
+                    if h.insert(f.clone(), v.clone()).is_none() {
+                        added += 1;
+                    }
+                }
+                self.insert(key.clone(), Value::Hash(h), ttl);
+                OpResult::Int(added)
+            }
+            Op::HashDelete { key, fields } => {
+                let Some(h) = self.hash(key)? else { return Ok(OpResult::Int(0)) };
+                let mut h = h.clone();
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                let removed = fields.iter().filter(|f| h.remove(*f).is_some()).count() as i64;
+                if h.is_empty() {
+                    self.remove(key);
+                } else {
+                    self.insert(key.clone(), Value::Hash(h), ttl);
+                }
+                OpResult::Int(removed)
+            }
+            read => return self.read_inner(read),
+        })
+    }
+
+    /// Run a read-only operation without mutating (for local/lease reads) at time `now_ms`:
+    /// keys expired at that time are treated as absent. Writes are refused.
+    pub fn read(&self, op: &Op, now_ms: u64) -> OpResult {
+        if self.expiries.first().is_some_and(|(t, _)| *t <= now_ms) {
+            let mut purged = self.clone();
+            purged.purge_expired(now_ms);
+            return purged.read(op, now_ms);
+        }
+        match self.read_inner(op) {
+            Ok(r) | Err(r) => r,
         }
     }
 
-    /// Run a read-only operation without mutating (for local/lease reads). Writes are refused.
-    pub fn read(&self, op: &Op) -> OpResult {
-        match op {
-            Op::Get { key } => OpResult::Value(self.map.get(key).cloned()),
+    fn read_inner(&self, op: &Op) -> Result<OpResult, OpResult> {
+        Ok(match op {
+            Op::Get { key } => OpResult::Value(self.string(key)?.cloned()),
             Op::Scan { start, end, limit } => {
                 if !end.is_empty() && end <= start {
-                    return OpResult::Scan(Vec::new());
+                    return Ok(OpResult::Scan(Vec::new()));
                 }
                 let upper = if end.is_empty() { Bound::Unbounded } else { Bound::Excluded(end.clone()) };
-                let it = self.map.range((Bound::Included(start.clone()), upper)).map(|(k, v)| (k.clone(), v.clone()));
+                let it = self.map.range((Bound::Included(start.clone()), upper)).filter_map(|(k, i)| match &i.value {
+                    Value::Str(v) => Some((k.clone(), v.clone())),
+                    Value::Hash(_) => None,
+                });
                 OpResult::Scan(if *limit == 0 { it.collect() } else { it.take(*limit as usize).collect() })
             }
             Op::Noop => OpResult::Done,
+            Op::MultiGet { keys } => OpResult::Values(
+                keys.iter()
+                    .map(|k| match self.map.get(k) {
+                        Some(Item { value: Value::Str(v), .. }) => Some(v.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            Op::Exists { keys } => OpResult::Int(keys.iter().filter(|k| self.map.contains_key(*k)).count() as i64),
+            Op::Strlen { key } => OpResult::Int(self.string(key)?.map_or(0, |v| v.len() as i64)),
+            Op::HashGet { key, fields } => {
+                let h = self.hash(key)?;
+                OpResult::Values(fields.iter().map(|f| h.and_then(|h| h.get(f).cloned())).collect())
+            }
+            Op::HashGetAll { key } => OpResult::Scan(
+                self.hash(key)?.map(|h| h.iter().map(|(f, v)| (f.clone(), v.clone())).collect()).unwrap_or_default(),
+            ),
+            Op::HashLen { key } => OpResult::Int(self.hash(key)?.map_or(0, |h| h.len() as i64)),
+            Op::Type { key } => OpResult::Text(
+                match self.map.get(key) {
+                    None => "none",
+                    Some(Item { value: Value::Str(_), .. }) => "string",
+                    Some(Item { value: Value::Hash(_), .. }) => "hash",
+                }
+                .into(),
+            ),
+            Op::KeyScan { after, pattern, count } => {
+                let lower = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.clone()) };
+                let mut keys = Vec::new();
+                let mut last = None;
+                for (k, _) in self.map.range((lower, Bound::Unbounded)).take((*count).max(1) as usize) {
+                    last = Some(k.clone());
+                    if pattern.as_ref().is_none_or(|p| glob_match(p, k)) {
+                        keys.push(k.clone());
+                    }
+                }
+                let more = last
+                    .as_ref()
+                    .is_some_and(|l| self.map.range((Bound::Excluded(l.clone()), Bound::Unbounded)).next().is_some());
+                OpResult::Keys { keys, next: if more { last } else { None } }
+            }
+            Op::DbSize => OpResult::Int(self.map.len() as i64),
             _ => OpResult::Error("write operation on the read-only path".into()),
-        }
+        })
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> {
-        self.map.iter()
+    /// A digest of the whole state (keys, typed values, expiries), FNV-1a, for comparing
+    /// replicas.
+    pub fn digest(&self) -> u64 {
+        let mut h: u64 = 0xcbf29ce484222325;
+        let mut feed = |bytes: &[u8]| {
+            for b in bytes.iter().chain([0xffu8].iter()) {
+                h ^= *b as u64;
+                h = h.wrapping_mul(0x100000001b3);
+            }
+        };
+        for (k, item) in &self.map {
+            feed(k);
+            match &item.value {
+                Value::Str(v) => feed(v),
+                Value::Hash(m) => {
+                    for (f, v) in m {
+                        feed(f);
+                        feed(v);
+                    }
+                }
+            }
+            feed(&item.expire_at_ms.unwrap_or(0).to_le_bytes());
+        }
+        h
     }
+}
+
+fn err(msg: &str) -> OpResult {
+    OpResult::Error(msg.into())
+}
+
+/// Redis integers: an optional minus sign and decimal digits, no spaces or leading '+'.
+fn parse_i64(v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?;
+    if s.is_empty() || s.starts_with('+') || (s.len() > 1 && s.starts_with('0')) || s.starts_with("-0") {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Glob matching with Redis's rules: `*`, `?`, `[abc]`, `[^a]`, `[a-z]`, `\x` escapes.
+pub fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0usize, 0usize);
+    // Position to resume from after the last '*': (pattern index after '*', string index).
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        let step = if p < pattern.len() {
+            match pattern[p] {
+                b'*' => {
+                    star = Some((p + 1, i));
+                    p += 1;
+                    continue;
+                }
+                b'?' => Some(p + 1),
+                b'[' => class_match(pattern, p, s[i]),
+                b'\\' if p + 1 < pattern.len() => (pattern[p + 1] == s[i]).then_some(p + 2),
+                c => (c == s[i]).then_some(p + 1),
+            }
+        } else {
+            None
+        };
+        match (step, star) {
+            (Some(np), _) => {
+                p = np;
+                i += 1;
+            }
+            (None, Some((sp, si))) => {
+                p = sp;
+                i = si + 1;
+                star = Some((sp, si + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p..].iter().all(|c| *c == b'*')
+}
+
+/// Match one byte against the class starting at `pattern[p] == '['`; returns the index after
+/// the class on a match.
+fn class_match(pattern: &[u8], p: usize, c: u8) -> Option<usize> {
+    let mut j = p + 1;
+    let negate = pattern.get(j) == Some(&b'^');
+    if negate {
+        j += 1;
+    }
+    let mut matched = false;
+    while j < pattern.len() && pattern[j] != b']' {
+        if pattern[j] == b'\\' && j + 1 < pattern.len() {
+            matched |= pattern[j + 1] == c;
+            j += 2;
+        } else if j + 2 < pattern.len() && pattern[j + 1] == b'-' && pattern[j + 2] != b']' {
+            let (lo, hi) = (pattern[j].min(pattern[j + 2]), pattern[j].max(pattern[j + 2]));
+            matched |= (lo..=hi).contains(&c);
+            j += 3;
+        } else {
+            matched |= pattern[j] == c;
+            j += 1;
+        }
+    }
+    // An unterminated class matches like Redis: up to the end of the pattern.
+    let end = if j < pattern.len() { j + 1 } else { j };
+    (matched != negate).then_some(end)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl KvStore {
+        fn apply0(&mut self, op: &Op) -> OpResult {
+            self.apply(op, 0)
+        }
+    }
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
@@ -282,34 +765,35 @@ mod tests {
     #[test]
     fn put_get_delete_cas_scan() {
         let mut kv = KvStore::new();
-        assert_eq!(kv.apply(&Op::Get { key: b("a") }), OpResult::Value(None));
-        assert_eq!(kv.apply(&Op::Put { key: b("a"), value: b("1") }), OpResult::Done);
-        assert_eq!(kv.apply(&Op::Get { key: b("a") }), OpResult::Value(Some(b("1"))));
+        assert_eq!(kv.apply0(&Op::Get { key: b("a") }), OpResult::Value(None));
+        assert_eq!(kv.apply0(&Op::Put { key: b("a"), value: b("1") }), OpResult::Done);
+        assert_eq!(kv.apply0(&Op::Get { key: b("a") }), OpResult::Value(Some(b("1"))));
         assert_eq!(
-            kv.apply(&Op::Cas { key: b("a"), expect: Some(b("2")), new: Some(b("3")) }),
+            kv.apply0(&Op::Cas { key: b("a"), expect: Some(b("2")), new: Some(b("3")) }),
             OpResult::Cas { ok: false, current: Some(b("1")) }
         );
         assert_eq!(
-            kv.apply(&Op::Cas { key: b("a"), expect: Some(b("1")), new: Some(b("3")) }),
+            kv.apply0(&Op::Cas { key: b("a"), expect: Some(b("1")), new: Some(b("3")) }),
             OpResult::Cas { ok: true, current: Some(b("1")) }
         );
         assert_eq!(
-            kv.apply(&Op::Cas { key: b("n"), expect: None, new: Some(b("x")) }),
+            kv.apply0(&Op::Cas { key: b("n"), expect: None, new: Some(b("x")) }),
             OpResult::Cas { ok: true, current: None }
         );
-        kv.apply(&Op::Put { key: b("c"), value: b("cc") });
+        kv.apply0(&Op::Put { key: b("c"), value: b("cc") });
         assert_eq!(
-            kv.apply(&Op::Scan { start: b("a"), end: b("d"), limit: 0 }),
+            kv.apply0(&Op::Scan { start: b("a"), end: b("d"), limit: 0 }),
             OpResult::Scan(vec![(b("a"), b("3")), (b("c"), b("cc"))])
         );
         assert_eq!(
-            kv.apply(&Op::Scan { start: b("b"), end: b(""), limit: 1 }),
+            kv.apply0(&Op::Scan { start: b("b"), end: b(""), limit: 1 }),
             OpResult::Scan(vec![(b("c"), b("cc"))])
         );
-        assert_eq!(kv.apply(&Op::Scan { start: b("z"), end: b("a"), limit: 0 }), OpResult::Scan(vec![]));
-        assert_eq!(kv.apply(&Op::Delete { key: b("a") }), OpResult::Deleted(true));
-        assert_eq!(kv.apply(&Op::Delete { key: b("a") }), OpResult::Deleted(false));
+        assert_eq!(kv.apply0(&Op::Scan { start: b("z"), end: b("a"), limit: 0 }), OpResult::Scan(vec![]));
+        assert_eq!(kv.apply0(&Op::Delete { key: b("a") }), OpResult::Deleted(true));
+        assert_eq!(kv.apply0(&Op::Delete { key: b("a") }), OpResult::Deleted(false));
         assert_eq!(kv.size_bytes(), 1 + 1 + 1 + 2);
+        assert_eq!(kv.apply0(&Op::Noop), OpResult::Done);
     }
 
     #[test]
@@ -335,5 +819,158 @@ mod tests {
             Err(CommandError::ValueTooLarge { size: 9, limit: 8 })
         );
         assert_eq!(Op::Get { key: b("abcde") }.validate(&l), Err(CommandError::KeyTooLarge { size: 5, limit: 4 }));
+    }
+
+    fn set(k: &str, v: &str, cond: SetCond, expire_at_ms: Option<u64>, get: bool) -> Op {
+        Op::Set { key: b(k), value: b(v), cond, expire_at_ms, keep_ttl: false, get }
+    }
+
+    #[test]
+    fn set_conditions_get_and_expiry() {
+        let mut kv = KvStore::new();
+        assert_eq!(kv.apply(&set("a", "1", SetCond::IfPresent, None, false), 0), OpResult::Applied(false));
+        assert_eq!(kv.apply(&set("a", "1", SetCond::IfAbsent, None, false), 0), OpResult::Applied(true));
+        assert_eq!(kv.apply(&set("a", "2", SetCond::IfAbsent, None, true), 0), OpResult::Value(Some(b("1"))));
+        assert_eq!(kv.get(b"a"), Some(&b("1")));
+        assert_eq!(kv.apply(&set("a", "3", SetCond::IfPresent, Some(100), true), 0), OpResult::Value(Some(b("1"))));
+        // Live before its expiry, gone at it (on every replica: time comes with the command).
+        assert_eq!(kv.apply(&Op::Get { key: b("a") }, 99), OpResult::Value(Some(b("3"))));
+        assert_eq!(kv.read(&Op::Get { key: b("a") }, 100), OpResult::Value(None));
+        assert_eq!(kv.apply(&Op::Get { key: b("a") }, 100), OpResult::Value(None));
+        assert_eq!(kv.len(), 0, "expired key purged");
+        assert_eq!(kv.size_bytes(), 0);
+        // KEEPTTL keeps, a plain SET clears the expiry.
+        kv.apply(&set("t", "x", SetCond::Always, Some(500), false), 200);
+        let keep = Op::Set {
+            key: b("t"),
+            value: b("y"),
+            cond: SetCond::Always,
+            expire_at_ms: None,
+            keep_ttl: true,
+            get: false,
+        };
+        kv.apply(&keep, 300);
+        assert_eq!(kv.apply(&Op::Get { key: b("t") }, 500), OpResult::Value(None));
+        kv.apply(&set("t", "x", SetCond::Always, Some(700), false), 600);
+        kv.apply(&Op::Put { key: b("t"), value: b("z") }, 600);
+        assert_eq!(kv.apply(&Op::Get { key: b("t") }, 10_000), OpResult::Value(Some(b("z"))));
+    }
+
+    #[test]
+    fn strings_counters_and_multi_key() {
+        let mut kv = KvStore::new();
+        assert_eq!(kv.apply0(&Op::IncrBy { key: b("n"), by: 5 }), OpResult::Int(5));
+        assert_eq!(kv.apply0(&Op::IncrBy { key: b("n"), by: -7 }), OpResult::Int(-2));
+        kv.apply0(&Op::Put { key: b("s"), value: b("abc") });
+        assert!(
+            matches!(kv.apply0(&Op::IncrBy { key: b("s"), by: 1 }), OpResult::Error(e) if e.contains("not an integer"))
+        );
+        kv.apply0(&Op::Put { key: b("m"), value: b(&i64::MAX.to_string()) });
+        assert!(matches!(kv.apply0(&Op::IncrBy { key: b("m"), by: 1 }), OpResult::Error(e) if e.contains("overflow")));
+        for bad in ["", "+1", "01", " 1", "-0", "1.5"] {
+            assert_eq!(parse_i64(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert_eq!(kv.apply0(&Op::Append { key: b("s"), value: b("de") }), OpResult::Int(5));
+        assert_eq!(kv.apply0(&Op::Strlen { key: b("s") }), OpResult::Int(5));
+        assert_eq!(kv.apply0(&Op::Strlen { key: b("zz") }), OpResult::Int(0));
+        kv.apply0(&Op::MultiPut { pairs: vec![(b("x"), b("1")), (b("y"), b("2"))] });
+        assert_eq!(
+            kv.apply0(&Op::MultiGet { keys: vec![b("x"), b("nope"), b("y")] }),
+            OpResult::Values(vec![Some(b("1")), None, Some(b("2"))])
+        );
+        assert_eq!(kv.apply0(&Op::Exists { keys: vec![b("x"), b("x"), b("nope")] }), OpResult::Int(2));
+        assert_eq!(kv.apply0(&Op::MultiDelete { keys: vec![b("x"), b("nope")] }), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::GetDel { key: b("y") }), OpResult::Value(Some(b("2"))));
+        assert_eq!(kv.apply0(&Op::GetDel { key: b("y") }), OpResult::Value(None));
+        assert_eq!(kv.apply0(&Op::DbSize), OpResult::Int(3));
+    }
+
+    #[test]
+    fn hashes_and_wrong_types() {
+        let mut kv = KvStore::new();
+        let hset = Op::HashSet { key: b("h"), pairs: vec![(b("f1"), b("a")), (b("f2"), b("b"))] };
+        assert_eq!(kv.apply0(&hset), OpResult::Int(2));
+        assert_eq!(kv.apply0(&Op::HashSet { key: b("h"), pairs: vec![(b("f1"), b("c"))] }), OpResult::Int(0));
+        assert_eq!(
+            kv.apply0(&Op::HashGet { key: b("h"), fields: vec![b("f1"), b("zz")] }),
+            OpResult::Values(vec![Some(b("c")), None])
+        );
+        assert_eq!(
+            kv.apply0(&Op::HashGetAll { key: b("h") }),
+            OpResult::Scan(vec![(b("f1"), b("c")), (b("f2"), b("b"))])
+        );
+        assert_eq!(kv.apply0(&Op::HashLen { key: b("h") }), OpResult::Int(2));
+        assert_eq!(kv.apply0(&Op::Type { key: b("h") }), OpResult::Text("hash".into()));
+        assert_eq!(kv.apply0(&Op::Type { key: b("none") }), OpResult::Text("none".into()));
+        assert_eq!(kv.apply0(&Op::Get { key: b("h") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::Append { key: b("h"), value: b("x") }), OpResult::Error(WRONGTYPE.into()));
+        kv.apply0(&Op::Put { key: b("s"), value: b("v") });
+        assert_eq!(kv.apply0(&Op::HashLen { key: b("s") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(
+            kv.apply0(&Op::HashDelete { key: b("h"), fields: vec![b("f1"), b("f2"), b("x")] }),
+            OpResult::Int(2)
+        );
+        assert_eq!(kv.apply0(&Op::Type { key: b("h") }), OpResult::Text("none".into()), "empty hash removed");
+        // A failed command changes nothing.
+        let before = kv.clone();
+        kv.apply0(&Op::HashSet { key: b("s"), pairs: vec![(b("f"), b("v"))] });
+        assert_eq!(kv, before);
+        // Scan returns string values only.
+        kv.apply0(&hset);
+        assert_eq!(kv.apply0(&Op::Scan { start: b(""), end: b(""), limit: 0 }), OpResult::Scan(vec![(b("s"), b("v"))]));
+    }
+
+    #[test]
+    fn key_scan_with_cursor_and_pattern() {
+        let mut kv = KvStore::new();
+        for k in ["user:1", "user:2", "item:1", "user:3", "zeta"] {
+            kv.apply0(&Op::Put { key: b(k), value: b("v") });
+        }
+        let mut after = Bytes::new();
+        let mut found = Vec::new();
+        loop {
+            let OpResult::Keys { keys, next } =
+                kv.apply0(&Op::KeyScan { after: after.clone(), pattern: Some(b("user:*")), count: 2 })
+            else {
+                panic!()
+            };
+            found.extend(keys);
+            match next {
+                Some(n) => after = n,
+                None => break,
+            }
+        }
+        assert_eq!(found, vec![b("user:1"), b("user:2"), b("user:3")]);
+    }
+
+    #[test]
+    fn glob_patterns() {
+        let m = |p: &str, s: &str| glob_match(p.as_bytes(), s.as_bytes());
+        assert!(m("*", ""));
+        assert!(m("h?llo", "hello"));
+        assert!(!m("h?llo", "hllo"));
+        assert!(m("h*llo", "heeeello"));
+        assert!(m("h[ae]llo", "hallo"));
+        assert!(!m("h[ae]llo", "hillo"));
+        assert!(m("h[^e]llo", "hallo"));
+        assert!(!m("h[^e]llo", "hello"));
+        assert!(m("h[a-c]llo", "hbllo"));
+        assert!(m("a\\*b", "a*b"));
+        assert!(!m("a\\*b", "axb"));
+        assert!(m("*:*:x", "a:b:c:x"));
+        assert!(!m("abc", "abcd"));
+    }
+
+    #[test]
+    fn multi_key_footprints() {
+        let mset = Op::MultiPut { pairs: vec![(b("a"), b("1")), (b("b"), b("2"))] };
+        assert!(mset.interferes(&Op::Get { key: b("b") }));
+        assert!(!mset.interferes(&Op::Get { key: b("c") }));
+        assert!(Op::DbSize.interferes(&Op::Put { key: b("z"), value: b("") }));
+        assert!(!Op::DbSize.interferes(&Op::Get { key: b("z") }));
+        let l = Limits { max_key_bytes: 4, max_value_bytes: 8, max_frame_bytes: 100 };
+        let big = Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("123456789"))] };
+        assert_eq!(big.validate(&l), Err(CommandError::ValueTooLarge { size: 9, limit: 8 }));
+        assert_eq!(mset.size(), 4);
     }
 }

@@ -56,6 +56,9 @@ pub struct StateMachine {
     sessions: BTreeMap<u64, Session>,
     /// Commands applied (including duplicates and no-ops); a logical clock for eviction.
     applied: u64,
+    /// The state machine's wall clock (ms): the highest time stamped on an applied command.
+    /// Expiry is decided against it, so every replica decides the same.
+    clock_ms: u64,
     max_sessions: usize,
 }
 
@@ -71,7 +74,13 @@ impl StateMachine {
     }
 
     pub fn with_max_sessions(max_sessions: usize) -> Self {
-        StateMachine { kv: KvStore::new(), sessions: BTreeMap::new(), applied: 0, max_sessions: max_sessions.max(1) }
+        StateMachine {
+            kv: KvStore::new(),
+            sessions: BTreeMap::new(),
+            applied: 0,
+            clock_ms: 0,
+            max_sessions: max_sessions.max(1),
+        }
     }
 
     pub fn kv(&self) -> &KvStore {
@@ -92,7 +101,7 @@ impl StateMachine {
     pub fn apply(&mut self, cmd: &Command) -> Applied {
         self.applied += 1;
         if cmd.client == 0 {
-            return Applied::Fresh(self.kv.apply(&cmd.op));
+            return Applied::Fresh(self.kv.apply(&cmd.op, self.clock_ms));
         }
         let now = self.applied;
         let is_new = !self.sessions.contains_key(&cmd.client);
@@ -114,7 +123,7 @@ impl StateMachine {
             // Either acknowledged already, or applied and forgotten: never apply twice.
             Applied::Stale
         } else {
-            let r = self.kv.apply(&cmd.op);
+            let r = self.kv.apply(&cmd.op, self.clock_ms);
             s.results.insert(cmd.seq, r.clone());
             s.max_applied = s.max_applied.max(cmd.seq);
             Applied::Fresh(r)
@@ -136,7 +145,12 @@ impl StateMachine {
     /// Read-only query outside the log (used for lease/local reads): runs the operation
     /// against the current state without touching sessions.
     pub fn read(&self, op: &crate::kv::Op) -> OpResult {
-        self.kv.read(op)
+        self.kv.read(op, self.clock_ms)
+    }
+
+    /// The state machine's clock (ms).
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
     }
 
     /// Serialize the whole state (KV + sessions) for a snapshot.
@@ -149,16 +163,9 @@ impl StateMachine {
         postcard::from_bytes(data).map_err(|e| format!("corrupt state machine snapshot: {e}"))
     }
 
-    /// A digest of the state for cross-replica comparison (FNV-1a over the snapshot bytes).
+    /// A digest of the replicated state (keys, values, expiries) for cross-replica comparison.
     pub fn digest(&self) -> u64 {
-        let mut h: u64 = 0xcbf29ce484222325;
-        for (k, v) in self.kv.iter() {
-            for b in k.iter().chain([0xffu8].iter()).chain(v.iter()).chain([0xfeu8].iter()) {
-                h ^= *b as u64;
-                h = h.wrapping_mul(0x100000001b3);
-            }
-        }
-        h
+        self.kv.digest()
     }
 }
 
