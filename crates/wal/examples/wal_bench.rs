@@ -38,7 +38,7 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if args.batch == 0 || !(args.seconds > 0.0) {
+    if args.batch == 0 || args.seconds.is_nan() || args.seconds <= 0.0 {
         return Err("--batch and --seconds must be positive".into());
     }
     Ok(args)

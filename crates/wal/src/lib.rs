@@ -61,7 +61,9 @@
 //! * A **torn tail** (the newest segment ends in a truncated record, a record with a bad CRC
 //!   or an impossible length, with no valid record after it) is what a crash during a write
 //!   leaves behind: it is truncated away with a `tracing` warning naming the file and offset.
-//!   Appends continue at the cut.
+//!   Appends continue at the cut. (Looking for valid records after the damage tries every
+//!   later offset; it is bounded to about 1 GiB of checksumming, and a tail too large to
+//!   search is cut as torn with an error-level log line.)
 //! * **Damage anywhere else** (an invalid record followed by a valid one, damage in a sealed
 //!   segment, a missing segment, a bad header on a non-empty segment) is refused with
 //!   [`WalError::Corrupt`] naming the file and offset: cutting there would silently drop

@@ -3,7 +3,7 @@
 
 use crate::error::WalError;
 use crate::format::{
-    parse_name, scan_records, segment_name, valid_record_after, FileKind, Scan, SegmentHeader, HEADER_LEN,
+    parse_name, scan_records, segment_name, valid_record_after, After, FileKind, Scan, SegmentHeader, HEADER_LEN,
 };
 use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
@@ -148,7 +148,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered, WalError> {
         // content, which is only deleted once the new base is durable. Only if nothing
         // follows it, though; otherwise acknowledged appends would be dropped silently.
         let path = &segs[i].path;
-        if i + 1 == segs.len() && valid_record_after(&data, scan.end).is_none() {
+        if i + 1 == segs.len() && !matches!(valid_record_after(&data, scan.end), After::Found(_)) {
             tracing::warn!(path = %path.display(), offset = scan.end,
                 found = scan.records.len(), expected = header.base_records,
                 "removing an incomplete base segment left by an interrupted rewrite; recovering the previous content");
@@ -243,14 +243,19 @@ fn check_torn_tail(path: &Path, data: &[u8], bad: usize, is_last: bool) -> Resul
         // mode, so a crash cannot tear them.
         return Err(corrupt(path, bad, "invalid or truncated record in a sealed (not the newest) segment"));
     }
-    if let Some(next) = valid_record_after(data, bad) {
-        return Err(corrupt(
+    match valid_record_after(data, bad) {
+        After::NotFound => Ok(()),
+        After::Found(next) => Err(corrupt(
             path,
             bad,
             format!("invalid record followed by a valid record at offset {next}: damage in the middle of the log, not a torn tail"),
-        ));
+        )),
+        After::GaveUp(at) => {
+            tracing::error!(path = %path.display(), offset = bad, searched_to = at,
+                "the bytes after an invalid record are too large to search exhaustively for valid records; treating them as a torn tail");
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 fn truncate(path: &Path, len: usize) -> Result<(), WalError> {
