@@ -529,3 +529,28 @@ proptest! {
         prop_assert_eq!(Wal::open(tmp.path(), o).unwrap().1, want);
     }
 }
+
+#[test]
+fn wal_can_move_to_another_thread() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Wal>();
+    let tmp = TempDir::new().unwrap();
+    let (mut wal, _) = Wal::open(tmp.path(), opts(FsyncMode::Batch)).unwrap();
+    let handle = std::thread::spawn(move || {
+        wal.append(&recs(0..2)).unwrap();
+        wal.commit().unwrap();
+        wal
+    });
+    drop(handle.join().unwrap());
+    assert_eq!(reopen(tmp.path()).1, recs(0..2));
+}
+
+#[test]
+fn io_errors_name_the_path() {
+    let tmp = TempDir::new().unwrap();
+    let file = tmp.path().join("not-a-dir");
+    fs::write(&file, b"x").unwrap();
+    let err = Wal::open(&file, opts(FsyncMode::Never)).unwrap_err();
+    assert!(matches!(err, WalError::Io { .. }), "{err}");
+    assert!(err.to_string().contains("not-a-dir"), "{err}");
+}
