@@ -1,1 +1,148 @@
+//! synod-runtime: runs any registered protocol core on a real machine.
+//!
+//! [`run`] binds the three listeners of a replica (peers, clients, admin HTTP), opens the
+//! write-ahead log, replays it into the protocol and then drives the protocol from one node
+//! loop (see [`node`]) until the shutdown future resolves. Nothing here knows which protocol
+//! it runs: the registry builds it from the configured name.
 
+pub mod admin;
+pub mod client;
+pub mod config;
+pub mod metrics;
+pub mod node;
+pub mod storage;
+pub mod timers;
+pub mod transport;
+
+pub use config::{ConfigError, Member, NodeConfig};
+
+use anyhow::{anyhow, Context as _};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use storage::{Storage, WalStorage};
+use synod_core::Protocol;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::info;
+
+/// Peer messages waiting for the node loop; a full inbox makes the connections stop reading
+/// (TCP backpressure towards the senders, whose queues then drop).
+const PEER_INBOX: usize = 16 * 1024;
+
+/// Run a replica of the configured protocol until `shutdown` resolves. Binds all listeners
+/// first (an address in use is an error naming it and the listener), recovers from the WAL,
+/// and syncs the WAL on exit.
+pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    config.validate()?;
+    let info = synod_protocols::registry::find(&config.protocol).map_err(|e| anyhow!(e))?;
+    let setup = synod_protocols::Setup { id: config.id, members: config.member_ids(), params: config.params.clone() };
+    let protocol = (info.build)(&setup).map_err(|e| anyhow!("protocol {}: {e}", info.name))?;
+    run_protocol(config, protocol, shutdown).await
+}
+
+/// [`run`] with a protocol instance built by the caller (`config.protocol` is then only a
+/// label). For tests and experiments with protocols outside the registry.
+pub async fn run_protocol(
+    config: NodeConfig,
+    protocol: Box<dyn Protocol>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config.validate_except_protocol()?;
+    let me = config.me().clone();
+    let peer_listener = bind(me.peer_addr, "peer").await?;
+    let client_listener = bind(me.client_addr, "client").await?;
+    let admin_listener = bind(me.admin_addr, "admin").await?;
+
+    let (storage, records): (Option<Box<dyn Storage>>, _) = if config.in_memory {
+        (None, Vec::new())
+    } else {
+        let dir = config.data_dir.clone().expect("validated: data_dir present unless in_memory");
+        let fsync = config.fsync;
+        let open = tokio::task::spawn_blocking(move || {
+            WalStorage::open(&dir, fsync).with_context(|| format!("opening the write-ahead log in {}", dir.display()))
+        });
+        let (wal, records) = open.await.context("write-ahead log open thread failed")??;
+        (Some(Box::new(wal)), records)
+    };
+    let seed = random_seed();
+    info!(
+        id = config.id,
+        protocol = %config.protocol,
+        peer = %me.peer_addr,
+        client = %me.client_addr,
+        admin = %me.admin_addr,
+        recovered_records = records.len(),
+        seed,
+        "replica starting"
+    );
+
+    let node_metrics = metrics::NodeMetrics::new(config.id);
+    let (status_tx, status_rx) = watch::channel(protocol.status());
+    let identity = transport::Identity {
+        me: config.id,
+        cluster: config.cluster.clone(),
+        max_frame_bytes: config.limits.max_frame_bytes,
+    };
+
+    let mut tasks = JoinSet::new();
+    let mut peers = HashMap::new();
+    let mut inbound_metrics = HashMap::new();
+    for m in config.members.iter().filter(|m| m.id != config.id) {
+        let sender = transport::spawn_outbound(&mut tasks, identity.clone(), m.id, m.peer_addr, seed ^ m.id as u64);
+        peers.insert(m.id, sender);
+        inbound_metrics.insert(m.id, metrics::PeerMetrics::new(config.id, m.id));
+    }
+    let (peer_tx, peer_rx) = mpsc::channel(PEER_INBOX);
+    tasks.spawn(transport::accept_peers(peer_listener, identity, Arc::new(inbound_metrics), peer_tx));
+    let (client_tx, client_rx) = mpsc::channel(client::CLIENT_INBOX);
+    tasks.spawn(client::accept_clients(
+        client_listener,
+        client::ClientShared {
+            me: config.id,
+            limits: config.limits,
+            inbox: client_tx,
+            status: status_rx.clone(),
+            metrics: node_metrics.clone(),
+            next_conn: Arc::new(AtomicU64::new(1)),
+        },
+    ));
+    let _ = metrics::prometheus();
+    let router = admin::router(admin::AdminState { me: me.clone(), status: status_rx });
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(admin_listener, router).await {
+            tracing::error!("admin HTTP server failed: {e}");
+        }
+    });
+
+    let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);
+    let result = async {
+        driver.recover(records).await?;
+        driver.run(peer_rx, client_rx, shutdown).await
+    }
+    .await;
+    // Stop accepting and close every connection before the final sync, so nothing new
+    // arrives while the log is flushed.
+    tasks.shutdown().await;
+    let synced = driver.sync();
+    info!(id = config.id, "replica stopped");
+    result.and(synced)
+}
+
+/// Bind one listener; the error names the listener and the address.
+async fn bind(addr: SocketAddr, which: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.with_context(|| format!("cannot bind the {which} listener on {addr}"))
+}
+
+/// A seed for the protocol's RNG that differs across processes and restarts (election
+/// timeouts must not collide); logged at startup so a run can be correlated.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish()
+}

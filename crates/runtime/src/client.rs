@@ -1,0 +1,146 @@
+//! The native client listener: `CLIENT_MAGIC`, then `ClientMsg` frames in and `ServerMsg`
+//! frames out, on one connection per client.
+//!
+//! Requests travel to the node loop through one bounded inbox shared by all connections; when
+//! it is full a connection stops reading its socket (TCP backpressure) rather than dropping a
+//! request. Replies come back through a per-connection queue, and a writer coalesces whatever
+//! is queued into one write.
+
+use crate::metrics::NodeMetrics;
+use crate::transport::{read_frame, read_magic};
+use anyhow::Context as _;
+use bytes::BytesMut;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use synod_core::wire::{self, ClientMsg, ServerMsg, CLIENT_MAGIC};
+use synod_core::{Command, Limits, NodeId, Reply, ReplyBody, Status};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+/// Client requests waiting for the node loop, across all connections.
+pub const CLIENT_INBOX: usize = 4096;
+/// Replies queued per connection before further ones are dropped (the client retries).
+pub const REPLY_QUEUE: usize = 4096;
+const MAX_WRITE_BYTES: usize = 1 << 20;
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What client connections tell the node loop.
+#[derive(Debug)]
+pub enum ClientInput {
+    /// A new connection and where its replies go.
+    Open {
+        conn: u64,
+        replies: mpsc::Sender<ServerMsg>,
+    },
+    Request {
+        conn: u64,
+        cmd: Command,
+    },
+    Closed {
+        conn: u64,
+    },
+}
+
+#[derive(Clone)]
+pub struct ClientShared {
+    pub me: NodeId,
+    pub limits: Limits,
+    pub inbox: mpsc::Sender<ClientInput>,
+    pub status: watch::Receiver<Status>,
+    pub metrics: NodeMetrics,
+    pub next_conn: Arc<AtomicU64>,
+}
+
+/// Accept client connections until the task is aborted (which closes them all).
+pub async fn accept_clients(listener: TcpListener, shared: ClientShared) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, addr)) => {
+                    let shared = shared.clone();
+                    let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+                    conns.spawn(async move {
+                        match serve_client(stream, conn, &shared).await {
+                            Ok(()) => debug!(%addr, conn, "client disconnected"),
+                            Err(e) => warn!(%addr, conn, "closing client connection: {e:#}"),
+                        }
+                        let _ = shared.inbox.send(ClientInput::Closed { conn }).await;
+                    });
+                }
+                Err(e) => {
+                    warn!("client listener: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next() => {}
+        }
+    }
+}
+
+async fn serve_client(mut stream: TcpStream, conn: u64, shared: &ClientShared) -> anyhow::Result<()> {
+    let _ = stream.set_nodelay(true);
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, read_magic(&mut stream, CLIENT_MAGIC, "client"))
+        .await
+        .context("no client preamble in time")??;
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel(REPLY_QUEUE);
+    if shared.inbox.send(ClientInput::Open { conn, replies: tx.clone() }).await.is_err() {
+        return Ok(()); // shutting down
+    }
+    let reader = async {
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        while let Some(frame) = read_frame(&mut rd, &mut buf, shared.limits.max_frame_bytes).await? {
+            match wire::decode_payload::<ClientMsg>(&frame)? {
+                ClientMsg::Request(cmd) => {
+                    shared.metrics.client_requests.increment(1);
+                    if let Err(e) = cmd.op.validate(&shared.limits) {
+                        shared.metrics.client_invalid.increment(1);
+                        let body = ReplyBody::Invalid { reason: e.to_string() };
+                        let reply = Reply { client: cmd.client, seq: cmd.seq, from: shared.me, body };
+                        if tx.send(ServerMsg::Reply(reply)).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    if shared.inbox.send(ClientInput::Request { conn, cmd }).await.is_err() {
+                        break;
+                    }
+                }
+                ClientMsg::Status => {
+                    let status = shared.status.borrow().clone();
+                    if tx.send(ServerMsg::Status(status)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    tokio::select! {
+        r = reader => r,
+        r = write_replies(wr, rx) => r,
+    }
+}
+
+/// Write queued replies, coalescing all that are ready into one write.
+async fn write_replies(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<ServerMsg>) -> anyhow::Result<()> {
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    while let Some(first) = rx.recv().await {
+        buf.clear();
+        buf.extend_from_slice(&wire::frame(&first));
+        while buf.len() < MAX_WRITE_BYTES {
+            match rx.try_recv() {
+                Ok(m) => buf.extend_from_slice(&wire::frame(&m)),
+                Err(_) => break,
+            }
+        }
+        wr.write_all(&buf).await.context("writing replies")?;
+    }
+    Ok(())
+}

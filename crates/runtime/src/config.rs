@@ -1,0 +1,162 @@
+//! Node configuration: one TOML file per replica.
+//!
+//! Every replica of a cluster lists all members (itself included) with their three addresses,
+//! so a config file is self-contained and the files of one cluster differ only in `id` and
+//! `data_dir`. Validation happens before anything is bound or opened, and every error names
+//! the offending setting.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use synod_core::{Limits, NodeId, ProtocolParams};
+use synod_wal::FsyncMode;
+
+/// The configuration of one replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This replica; must appear in `members`.
+    pub id: NodeId,
+    /// Cluster name, checked in the peer handshake so that two clusters sharing hosts never
+    /// exchange messages.
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// Registry name of the replication protocol.
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    /// Directory of the write-ahead log; required unless `in_memory`.
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// No WAL at all: persisted records are considered durable at once (benchmarks only; a
+    /// restarted replica comes back empty).
+    #[serde(default)]
+    pub in_memory: bool,
+    /// When WAL commits reach the disk.
+    #[serde(default = "default_fsync")]
+    pub fsync: FsyncMode,
+    /// All replicas, this one included (`[[members]]`).
+    pub members: Vec<Member>,
+    #[serde(default)]
+    pub params: ProtocolParams,
+    #[serde(default)]
+    pub limits: Limits,
+    /// Log filter (e.g. `info`, `synod_runtime=debug`); read by the binary.
+    #[serde(default)]
+    pub log_level: Option<String>,
+}
+
+/// One replica and where to reach it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub id: NodeId,
+    /// Replica-to-replica TCP.
+    pub peer_addr: SocketAddr,
+    /// Native client protocol.
+    pub client_addr: SocketAddr,
+    /// HTTP: /status, /metrics, /health.
+    pub admin_addr: SocketAddr,
+}
+
+fn default_cluster() -> String {
+    "synod".into()
+}
+
+fn default_protocol() -> String {
+    "multipaxos".into()
+}
+
+fn default_fsync() -> FsyncMode {
+    FsyncMode::Batch
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config: {0}")]
+    Parse(String),
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl NodeConfig {
+    /// Parse and validate a TOML document.
+    pub fn from_toml_str(s: &str) -> Result<NodeConfig, ConfigError> {
+        let config: NodeConfig = toml::from_str(s).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Read, parse and validate a config file.
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Self::from_toml_str(&text).map_err(|e| match e {
+            ConfigError::Parse(m) => ConfigError::Parse(format!("{}: {m}", path.display())),
+            ConfigError::Invalid(m) => ConfigError::Invalid(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Check everything that can be checked without binding sockets.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        synod_protocols::registry::find(&self.protocol).map_err(|e| ConfigError::Invalid(format!("protocol: {e}")))?;
+        self.validate_except_protocol()
+    }
+
+    /// [`NodeConfig::validate`] minus the registry lookup, for drivers handed a protocol
+    /// instance directly (tests, experiments).
+    pub fn validate_except_protocol(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.cluster.is_empty() {
+            return invalid("cluster name must not be empty".into());
+        }
+        if self.members.is_empty() {
+            return invalid("members is empty: list every replica, this one included, as [[members]]".into());
+        }
+        let mut ids = HashSet::new();
+        let mut addrs = HashSet::new();
+        for m in &self.members {
+            if !ids.insert(m.id) {
+                return invalid(format!("duplicate member id {}", m.id));
+            }
+            for (what, addr) in
+                [("peer_addr", m.peer_addr), ("client_addr", m.client_addr), ("admin_addr", m.admin_addr)]
+            {
+                if addr.port() == 0 {
+                    return invalid(format!("member {}: {what} {addr} needs an explicit port", m.id));
+                }
+                if !addrs.insert(addr) {
+                    return invalid(format!("duplicate address {addr} ({what} of member {})", m.id));
+                }
+            }
+        }
+        if !ids.contains(&self.id) {
+            let mut known: Vec<_> = ids.into_iter().collect();
+            known.sort_unstable();
+            return invalid(format!("own id {} is missing from members (member ids: {known:?})", self.id));
+        }
+        self.params.validate().map_err(|e| ConfigError::Invalid(format!("params: {e}")))?;
+        if self.limits.max_frame_bytes < 1024 {
+            return invalid(format!("limits.max_frame_bytes ({}) must be at least 1024", self.limits.max_frame_bytes));
+        }
+        if !self.in_memory && self.data_dir.is_none() {
+            return invalid("data_dir is required unless in_memory = true".into());
+        }
+        Ok(())
+    }
+
+    /// This replica's entry in `members` (call after validation).
+    pub fn me(&self) -> &Member {
+        self.members.iter().find(|m| m.id == self.id).expect("validated config lists its own id among the members")
+    }
+
+    /// Member ids in a fixed order (sorted), as handed to the protocol constructor.
+    pub fn member_ids(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = self.members.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        ids
+    }
+}

@@ -1,0 +1,526 @@
+//! The node loop: the one task that owns the protocol, the state machine, the storage and the
+//! timers.
+//!
+//! Each turn waits for at least one input, drains whatever else is ready (up to
+//! [`MAX_BATCH_EVENTS`]), hands every event to the protocol and executes the actions in order.
+//! Records persisted anywhere in the turn go to storage immediately, but there is only ONE
+//! commit per turn (group commit), and every message, reply or result produced after the first
+//! persist of the turn is held back until that commit returned: this is the durability
+//! contract of `synod_core::protocol` ("persist, then send" is safe) at the cost of one fsync
+//! per turn rather than per record. Messages produced before any persist leave at once.
+//! `Persisted`, `SnapshotTaken` and messages to self become events of the next turn.
+
+use crate::client::ClientInput;
+use crate::metrics::NodeMetrics;
+use crate::storage::Storage;
+use crate::timers::Timers;
+use crate::transport::{Incoming, PeerFrame, PeerSender};
+use anyhow::Context as _;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::time::SystemTime;
+use synod_core::session::StateMachine;
+use synod_core::wire::ServerMsg;
+use synod_core::{Action, ClientRef, Ctx, Event, NodeId, Protocol, Reply, ReplyBody, Rng, Status, Time};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, error, warn};
+
+/// Most events handled in one turn (one group commit).
+pub const MAX_BATCH_EVENTS: usize = 256;
+
+/// The replica's clock: monotonic, but anchored at the wall clock at startup so that the
+/// `sent_at` stamps of different machines are comparable (as well as their clocks are
+/// synchronized), which Nezha-style deadline protocols need.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    base: Instant,
+    base_nanos: u64,
+}
+
+impl Clock {
+    pub fn new() -> Clock {
+        let wall = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        Clock { base: Instant::now(), base_nanos: wall.as_nanos() as u64 }
+    }
+
+    pub fn now(&self) -> Time {
+        Time(self.base_nanos + self.base.elapsed().as_nanos() as u64)
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Something that leaves the replica, possibly held back until the turn's commit.
+enum Outgoing {
+    Peer(NodeId, Bytes),
+    Broadcast(Bytes),
+    Client(ClientRef, Reply),
+}
+
+/// Everything one replica is made of, driven by [`Driver::run`].
+pub struct Driver {
+    pub(crate) id: NodeId,
+    protocol: Box<dyn Protocol>,
+    sm: StateMachine,
+    /// `None` while a commit runs on a blocking thread, or for `in_memory` replicas.
+    storage: Option<Box<dyn Storage>>,
+    in_memory: bool,
+    timers: Timers,
+    rng: Rng,
+    clock: Clock,
+    peers: HashMap<NodeId, PeerSender>,
+    clients: HashMap<u64, mpsc::Sender<ServerMsg>>,
+    /// Events the replica generated for itself; handled at the start of the next turn.
+    internal: VecDeque<Event>,
+    status: watch::Sender<Status>,
+    metrics: NodeMetrics,
+}
+
+/// Bookkeeping of one turn.
+#[derive(Default)]
+struct Turn {
+    /// Records were written in this turn: everything outgoing waits for the commit.
+    dirty: bool,
+    held: Vec<Outgoing>,
+    tokens: Vec<u64>,
+    records: u64,
+    bytes: u64,
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: NodeId,
+        protocol: Box<dyn Protocol>,
+        storage: Option<Box<dyn Storage>>,
+        seed: u64,
+        peers: HashMap<NodeId, PeerSender>,
+        status: watch::Sender<Status>,
+        metrics: NodeMetrics,
+    ) -> Driver {
+        Driver {
+            id,
+            protocol,
+            sm: StateMachine::new(),
+            in_memory: storage.is_none(),
+            storage,
+            timers: Timers::default(),
+            rng: synod_core::rng_from_seed(seed),
+            clock: Clock::new(),
+            peers,
+            clients: HashMap::new(),
+            internal: VecDeque::new(),
+            status,
+            metrics,
+        }
+    }
+
+    /// The replicated state machine (tests and diagnostics).
+    pub fn state_machine(&self) -> &StateMachine {
+        &self.sm
+    }
+
+    /// Hand the recovered records to the protocol; must come before any event.
+    pub async fn recover(&mut self, records: Vec<Bytes>) -> anyhow::Result<()> {
+        let mut actions = Vec::new();
+        let mut ctx = Ctx::new(self.id, self.clock.now(), &mut self.rng, &mut actions);
+        self.protocol.recover(&mut ctx, records);
+        let mut turn = Turn::default();
+        for a in actions {
+            self.execute(a, &mut turn)?;
+        }
+        self.finish_turn(turn).await
+    }
+
+    /// Run until `shutdown` resolves. Returns an error only if storage fails (the replica can
+    /// no longer keep its promises and must stop).
+    pub async fn run(
+        &mut self,
+        mut peer_rx: mpsc::Receiver<Incoming>,
+        mut client_rx: mpsc::Receiver<ClientInput>,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        tokio::pin!(shutdown);
+        let mut events = Vec::with_capacity(MAX_BATCH_EVENTS);
+        loop {
+            events.clear();
+            events.extend(self.internal.drain(..));
+            if events.is_empty() {
+                let deadline = self.timers.next_deadline();
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => return Ok(()),
+                    Some(m) = peer_rx.recv() => events.push(incoming_event(m)),
+                    _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
+                    Some(c) = client_rx.recv() => self.client_input(c, &mut events),
+                }
+            }
+            for timer in self.timers.expired(Instant::now()) {
+                events.push(Event::Timer(timer));
+            }
+            // Drain what else is ready, alternating so neither side starves the other.
+            while events.len() < MAX_BATCH_EVENTS {
+                let mut progressed = false;
+                if let Ok(m) = peer_rx.try_recv() {
+                    events.push(incoming_event(m));
+                    progressed = true;
+                }
+                if let Ok(c) = client_rx.try_recv() {
+                    self.client_input(c, &mut events);
+                    progressed = true;
+                }
+                if !progressed {
+                    break;
+                }
+            }
+            let queued = client_rx.len() as u64;
+            self.metrics.queued_requests.set(queued as f64);
+            self.turn(events.drain(..), queued).await?;
+        }
+    }
+
+    fn client_input(&mut self, input: ClientInput, events: &mut Vec<Event>) {
+        match input {
+            ClientInput::Open { conn, replies } => {
+                self.clients.insert(conn, replies);
+            }
+            ClientInput::Closed { conn } => {
+                self.clients.remove(&conn);
+            }
+            ClientInput::Request { conn, cmd } => {
+                events.push(Event::Request { client: ClientRef { node: self.id, conn }, cmd })
+            }
+        }
+    }
+
+    /// Handle a batch of events: protocol steps, one commit, then release.
+    pub async fn turn(&mut self, events: impl Iterator<Item = Event>, queued: u64) -> anyhow::Result<()> {
+        let mut turn = Turn::default();
+        let mut actions = Vec::new();
+        let mut n = 0u64;
+        for event in events {
+            n += 1;
+            let mut ctx = Ctx::new(self.id, self.clock.now(), &mut self.rng, &mut actions);
+            ctx.load.queued_requests = queued;
+            self.protocol.on_event(&mut ctx, event);
+            for a in actions.drain(..) {
+                self.execute(a, &mut turn)?;
+            }
+        }
+        if n == 0 && !turn.dirty && turn.held.is_empty() {
+            return Ok(());
+        }
+        self.metrics.batches.increment(1);
+        self.metrics.events.increment(n);
+        self.finish_turn(turn).await
+    }
+
+    /// Execute one action. Storage writes happen now; what leaves the replica is held back
+    /// if records were written earlier in the turn.
+    fn execute(&mut self, action: Action, turn: &mut Turn) -> anyhow::Result<()> {
+        match action {
+            Action::Send { to, msg } => self.outgoing(Outgoing::Peer(to, msg), turn),
+            Action::Broadcast { msg } => self.outgoing(Outgoing::Broadcast(msg), turn),
+            Action::Reply { client, reply } => self.outgoing(Outgoing::Client(client, reply), turn),
+            Action::Persist { token, records } => {
+                if let Some(st) = self.storage.as_mut() {
+                    st.append(&records).context("write-ahead log append")?;
+                    turn.dirty = true;
+                    turn.records += records.len() as u64;
+                    turn.bytes += records.iter().map(|r| r.len() as u64).sum::<u64>();
+                }
+                turn.tokens.push(token);
+            }
+            Action::RewriteDurable { token, records } => {
+                if let Some(st) = self.storage.as_mut() {
+                    st.rewrite(&records).context("write-ahead log rewrite")?;
+                    turn.dirty = true;
+                }
+                turn.tokens.push(token);
+            }
+            Action::Apply { cmd, reply, .. } => {
+                let result = self.sm.apply(&cmd).result();
+                self.metrics.applied.increment(1);
+                if let Some(client) = reply {
+                    let reply =
+                        Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::Done(result) };
+                    self.outgoing(Outgoing::Client(client, reply), turn);
+                }
+            }
+            Action::SetTimer { timer, after } => self.timers.set(timer, Instant::now() + after),
+            Action::CancelTimer { timer } => self.timers.cancel(timer),
+            Action::TakeSnapshot { token } => {
+                let data = Bytes::from(self.sm.snapshot());
+                self.internal.push_back(Event::SnapshotTaken { token, data });
+            }
+            Action::InstallSnapshot { data } => match StateMachine::restore(&data) {
+                Ok(sm) => self.sm = sm,
+                Err(e) => error!("not installing snapshot of {} bytes: {e}; keeping the current state", data.len()),
+            },
+        }
+        Ok(())
+    }
+
+    fn outgoing(&mut self, out: Outgoing, turn: &mut Turn) {
+        if turn.dirty {
+            turn.held.push(out);
+        } else {
+            self.release(out);
+        }
+    }
+
+    /// Commit what the turn wrote, release what it held back, and queue the `Persisted`
+    /// events.
+    async fn finish_turn(&mut self, turn: Turn) -> anyhow::Result<()> {
+        if turn.dirty {
+            self.commit().await?;
+            self.metrics.wal_commits.increment(1);
+            self.metrics.wal_records.increment(turn.records);
+            self.metrics.wal_bytes.increment(turn.bytes);
+        }
+        for out in turn.held {
+            self.release(out);
+        }
+        self.internal.extend(turn.tokens.into_iter().map(|token| Event::Persisted { token }));
+        let status = self.protocol.status();
+        self.metrics.observe_status(&status);
+        self.status.send_replace(status);
+        Ok(())
+    }
+
+    /// One group commit. A commit that may block on the disk runs on the blocking pool so
+    /// that the network tasks sharing the runtime's workers keep going.
+    async fn commit(&mut self) -> anyhow::Result<()> {
+        let mut st = self.storage.take().expect("storage present outside a commit");
+        if !st.commit_blocks() {
+            let r = st.commit();
+            self.storage = Some(st);
+            return r.context("write-ahead log commit");
+        }
+        let (st, r) = tokio::task::spawn_blocking(move || {
+            let r = st.commit();
+            (st, r)
+        })
+        .await
+        .context("write-ahead log commit thread failed")?;
+        self.storage = Some(st);
+        r.context("write-ahead log commit")
+    }
+
+    /// Flush everything to stable storage (shutdown).
+    pub fn sync(&mut self) -> anyhow::Result<()> {
+        match self.storage.as_mut() {
+            Some(st) => st.sync().context("write-ahead log sync"),
+            None if self.in_memory => Ok(()),
+            None => anyhow::bail!("storage lost by a failed commit"),
+        }
+    }
+
+    fn release(&mut self, out: Outgoing) {
+        match out {
+            Outgoing::Peer(to, msg) if to == self.id => {
+                self.internal.push_back(Event::Message { from: self.id, sent_at: self.clock.now(), msg })
+            }
+            Outgoing::Peer(to, msg) => match self.peers.get(&to) {
+                Some(p) => p.send(PeerFrame { sent_at: self.clock.now().as_nanos(), msg }),
+                None => warn!(to, "protocol sent a message to an unknown replica; dropped"),
+            },
+            Outgoing::Broadcast(msg) => {
+                let sent_at = self.clock.now().as_nanos();
+                for p in self.peers.values() {
+                    p.send(PeerFrame { sent_at, msg: msg.clone() });
+                }
+            }
+            Outgoing::Client(client, reply) => {
+                if client.node != self.id {
+                    debug!(?client, "reply for a client of another replica; dropped");
+                    return;
+                }
+                let Some(tx) = self.clients.get(&client.conn) else {
+                    return; // the connection is gone; the client retries elsewhere
+                };
+                match tx.try_send(ServerMsg::Reply(reply)) {
+                    Ok(()) => self.metrics.replies.increment(1),
+                    Err(mpsc::error::TrySendError::Full(_)) => self.metrics.replies_dropped.increment(1),
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        self.metrics.replies_dropped.increment(1);
+                        self.clients.remove(&client.conn);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn incoming_event(m: Incoming) -> Event {
+    Event::Message { from: m.from, sent_at: m.sent_at, msg: m.msg }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The action contract, checked with a recording storage: writes before the commit,
+    //! messages after a persist only once the commit returned, `Persisted` afterwards.
+
+    use super::*;
+    use crate::metrics::PeerMetrics;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use synod_core::{Command, Op, Pos, Role};
+
+    type Journal = Arc<Mutex<Vec<String>>>;
+
+    /// Records storage calls, and at commit time everything that already left the replica.
+    struct Recording {
+        journal: Journal,
+        peer_rx: Arc<Mutex<mpsc::Receiver<PeerFrame>>>,
+        client_rx: Arc<Mutex<mpsc::Receiver<ServerMsg>>>,
+    }
+
+    fn drain(journal: &Journal, peer: &Mutex<mpsc::Receiver<PeerFrame>>, client: &Mutex<mpsc::Receiver<ServerMsg>>) {
+        let mut j = journal.lock().unwrap();
+        while let Ok(f) = peer.lock().unwrap().try_recv() {
+            j.push(format!("send {}", String::from_utf8_lossy(&f.msg)));
+        }
+        while let Ok(m) = client.lock().unwrap().try_recv() {
+            match m {
+                ServerMsg::Reply(r) => j.push(format!("reply {} {:?}", r.seq, r.body)),
+                ServerMsg::Status(_) => j.push("status".into()),
+            }
+        }
+    }
+
+    impl Storage for Recording {
+        fn append(&mut self, records: &[Bytes]) -> anyhow::Result<()> {
+            self.journal.lock().unwrap().push(format!("append {}", records.len()));
+            Ok(())
+        }
+        fn rewrite(&mut self, records: &[Bytes]) -> anyhow::Result<()> {
+            self.journal.lock().unwrap().push(format!("rewrite {}", records.len()));
+            Ok(())
+        }
+        fn commit(&mut self) -> anyhow::Result<()> {
+            drain(&self.journal, &self.peer_rx, &self.client_rx);
+            self.journal.lock().unwrap().push("commit".into());
+            Ok(())
+        }
+        fn sync(&mut self) -> anyhow::Result<()> {
+            self.journal.lock().unwrap().push("sync".into());
+            Ok(())
+        }
+        fn commit_blocks(&self) -> bool {
+            true // exercise the blocking-pool path
+        }
+    }
+
+    /// On a request: send, persist, send, apply with a reply, arm a timer. On `Persisted`:
+    /// broadcast. On the timer: send.
+    struct Scripted;
+
+    impl Protocol for Scripted {
+        fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
+            assert!(records.is_empty());
+            ctx.push(Action::Send { to: 2, msg: Bytes::from_static(b"hello") });
+        }
+        fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+            match event {
+                Event::Request { client, cmd } => {
+                    ctx.push(Action::Send { to: 2, msg: Bytes::from_static(b"before") });
+                    ctx.persist(7, vec![Bytes::from_static(b"r1"), Bytes::from_static(b"r2")]);
+                    ctx.push(Action::Send { to: 2, msg: Bytes::from_static(b"after") });
+                    ctx.push(Action::Send { to: 1, msg: Bytes::from_static(b"self") });
+                    ctx.apply(Pos::slot(1, 0), cmd, Some(client));
+                    ctx.set_timer(9, Duration::from_millis(1));
+                }
+                Event::Persisted { token } => {
+                    ctx.push(Action::Broadcast { msg: Bytes::from(format!("persisted {token}")) })
+                }
+                Event::Message { from, msg, .. } => {
+                    ctx.send(2, &format!("got {} from {from}", String::from_utf8_lossy(&msg)))
+                }
+                Event::Timer(t) => ctx.push(Action::Send { to: 2, msg: Bytes::from(format!("timer {t}")) }),
+                Event::SnapshotTaken { .. } => {}
+            }
+        }
+        fn status(&self) -> Status {
+            Status {
+                id: 1,
+                protocol: "scripted".into(),
+                role: Role::Leader,
+                ballot: "0".into(),
+                leader: Some(1),
+                commit_index: 0,
+                execute_index: 0,
+                extra: Default::default(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn persist_before_send_group_commit_and_persisted_events() {
+        let journal: Journal = Default::default();
+        let (peer_tx, peer_rx) = mpsc::channel(64);
+        let (client_tx, client_rx) = mpsc::channel(64);
+        let (peer_rx, client_rx) = (Arc::new(Mutex::new(peer_rx)), Arc::new(Mutex::new(client_rx)));
+        let storage = Recording { journal: journal.clone(), peer_rx: peer_rx.clone(), client_rx: client_rx.clone() };
+        let peers = HashMap::from([(2, PeerSender::new(peer_tx, PeerMetrics::new(1, 2)))]);
+        let (status_tx, status_rx) = watch::channel(Scripted.status());
+        let mut d =
+            Driver::new(1, Box::new(Scripted), Some(Box::new(storage)), 42, peers, status_tx, NodeMetrics::new(1));
+        d.clients.insert(5, client_tx);
+
+        d.recover(Vec::new()).await.unwrap();
+        drain(&journal, &peer_rx, &client_rx);
+        let cmd = Command {
+            client: 77,
+            seq: 1,
+            acked_below: 1,
+            op: Op::Put { key: Bytes::from_static(b"k"), value: Bytes::from_static(b"v") },
+        };
+        let req = |cmd: &Command| Event::Request { client: ClientRef { node: 1, conn: 5 }, cmd: cmd.clone() };
+        // Two requests in one turn: two appends, ONE commit.
+        d.turn([req(&cmd), req(&Command { seq: 2, ..cmd.clone() })].into_iter(), 0).await.unwrap();
+        drain(&journal, &peer_rx, &client_rx);
+        let expected = [
+            "send hello", // from recover: nothing written, left at once
+            "append 2",   // first request
+            "append 2",   // second request
+            // The first request's "before" preceded every write of the turn: it left before
+            // the commit. Everything else waited for it.
+            "send before",
+            "commit",
+            "send after",
+            "send before",
+            "send after",
+            "reply 1 Done(Done)",
+            "reply 2 Done(Done)",
+        ];
+        assert_eq!(*journal.lock().unwrap(), expected.map(String::from).to_vec());
+        assert_eq!(d.state_machine().applied_count(), 2);
+        assert_eq!(d.state_machine().kv().get(b"k"), Some(&Bytes::from_static(b"v")));
+        assert_eq!(status_rx.borrow().protocol, "scripted");
+
+        // Next turn: the internal events (two self messages, two Persisted) come back.
+        journal.lock().unwrap().clear();
+        let internal: Vec<Event> = d.internal.drain(..).collect();
+        assert_eq!(internal.len(), 4);
+        assert!(matches!(internal[0], Event::Message { from: 1, .. }));
+        assert!(matches!(internal[3], Event::Persisted { token: 7 }));
+        d.turn(internal.into_iter(), 0).await.unwrap();
+        drain(&journal, &peer_rx, &client_rx);
+        let j = journal.lock().unwrap().clone();
+        assert_eq!(j.len(), 4, "{j:?}");
+        assert_eq!(j.iter().filter(|s| s.starts_with("send persisted 7")).count(), 2);
+        assert!(!j.iter().any(|s| s == "commit"), "no writes, no commit: {j:?}");
+
+        // The timer armed by the requests fires once (re-armed, not duplicated).
+        assert_eq!(d.timers.len(), 1);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(d.timers.expired(Instant::now()), vec![9]);
+    }
+}
