@@ -1,0 +1,237 @@
+//! A real multi-process cluster for the integration tests: every replica is the `synod`
+//! binary run as `synod server --config ...` in a temp dir, on ports the OS handed out.
+//!
+//! Everything waits by polling with generous deadlines (the tests run on small, loaded
+//! machines); nothing relies on a fixed sleep being long enough.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use synod_client::{Client, ClientOptions};
+use synod_core::{NodeId, ProtocolParams, Role, Status};
+use synod_runtime::{Member, NodeConfig};
+use synod_wal::FsyncMode;
+
+/// Upper bound for anything that "should happen soon" on a loaded machine.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Election timing used by the tests: long enough not to trigger spuriously on a loaded
+/// 2-core machine, short enough for fast failover tests.
+pub fn test_params() -> ProtocolParams {
+    ProtocolParams {
+        heartbeat_ms: 100,
+        election_timeout_min_ms: 600,
+        election_timeout_max_ms: 1000,
+        ..Default::default()
+    }
+}
+
+/// `n` distinct free ports (bound together, then released just before use).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub configs: Vec<NodeConfig>,
+    pub children: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    /// Write the configs of an `n`-replica cluster (ids 1..=n) without starting anything;
+    /// `tweak` adjusts each config.
+    pub fn configure(n: u32, fsync: FsyncMode, tweak: impl Fn(&mut NodeConfig)) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let ports = free_ports(3 * n as usize);
+        let addr = |p: u16| -> SocketAddr { format!("127.0.0.1:{p}").parse().unwrap() };
+        let members: Vec<Member> = (0..n as usize)
+            .map(|i| Member {
+                id: i as NodeId + 1,
+                peer_addr: addr(ports[3 * i]),
+                client_addr: addr(ports[3 * i + 1]),
+                admin_addr: addr(ports[3 * i + 2]),
+            })
+            .collect();
+        let configs: Vec<NodeConfig> = members
+            .iter()
+            .map(|m| {
+                let mut c = NodeConfig {
+                    id: m.id,
+                    cluster: "synod-test".into(),
+                    protocol: "multipaxos".into(),
+                    data_dir: Some(dir.path().join(format!("node{}", m.id))),
+                    in_memory: false,
+                    fsync,
+                    members: members.clone(),
+                    params: test_params(),
+                    limits: Default::default(),
+                    log_level: Some("info".into()),
+                };
+                tweak(&mut c);
+                c.validate().unwrap();
+                c
+            })
+            .collect();
+        for c in &configs {
+            std::fs::write(dir.path().join(format!("node{}.toml", c.id)), toml::to_string(c).unwrap()).unwrap();
+        }
+        let children = configs.iter().map(|_| None).collect();
+        Cluster { dir, configs, children }
+    }
+
+    /// Configure and start an `n`-replica cluster, and wait until it has a leader.
+    pub async fn start(n: u32, fsync: FsyncMode, tweak: impl Fn(&mut NodeConfig)) -> Cluster {
+        let mut c = Cluster::configure(n, fsync, tweak);
+        for id in 1..=n {
+            c.spawn(id);
+        }
+        c.wait_for_leader(&[]).await;
+        c
+    }
+
+    fn idx(id: NodeId) -> usize {
+        id as usize - 1
+    }
+
+    pub fn config_path(&self, id: NodeId) -> PathBuf {
+        self.dir.path().join(format!("node{id}.toml"))
+    }
+
+    pub fn log_path(&self, id: NodeId) -> PathBuf {
+        self.dir.path().join(format!("node{id}.log"))
+    }
+
+    /// Start (or restart) replica `id`; its output is appended to `node<id>.log`.
+    pub fn spawn(&mut self, id: NodeId) {
+        assert!(self.children[Self::idx(id)].is_none(), "node {id} is already running");
+        let log = || std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(id)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_synod"))
+            .arg("server")
+            .arg("--config")
+            .arg(self.config_path(id))
+            .stdin(Stdio::null())
+            .stdout(log())
+            .stderr(log())
+            .spawn()
+            .expect("spawn synod server");
+        self.children[Self::idx(id)] = Some(child);
+    }
+
+    /// kill -9 replica `id` and reap it.
+    pub fn kill9(&mut self, id: NodeId) {
+        let mut child = self.children[Self::idx(id)].take().unwrap_or_else(|| panic!("node {id} is not running"));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    pub fn is_running(&self, id: NodeId) -> bool {
+        self.children[Self::idx(id)].is_some()
+    }
+
+    pub fn running_ids(&self) -> Vec<NodeId> {
+        self.configs.iter().map(|c| c.id).filter(|id| self.is_running(*id)).collect()
+    }
+
+    pub fn endpoint(&self, id: NodeId) -> String {
+        self.configs[Self::idx(id)].me().client_addr.to_string()
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.configs.iter().map(|c| c.me().client_addr.to_string()).collect()
+    }
+
+    pub async fn client(&self) -> Client {
+        let opts = ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: PATIENCE };
+        Client::with_options(&self.endpoints(), opts).await.expect("client connects")
+    }
+
+    /// Status of a running replica, or None if it does not answer.
+    pub async fn status(&self, id: NodeId) -> Option<Status> {
+        synod_client::status_of(&self.endpoint(id), Duration::from_secs(2)).await.ok()
+    }
+
+    /// Poll until a running replica not in `not` reports itself leader and every running
+    /// replica that answers agrees (or, at least, a majority of the running ones does).
+    /// Returns the leader's id.
+    pub async fn wait_for_leader(&self, not: &[NodeId]) -> NodeId {
+        let start = Instant::now();
+        loop {
+            for id in self.running_ids() {
+                if not.contains(&id) {
+                    continue;
+                }
+                if let Some(s) = self.status(id).await {
+                    if s.role == Role::Leader {
+                        return id;
+                    }
+                }
+            }
+            self.assert_running();
+            assert!(start.elapsed() < PATIENCE, "no leader (excluding {not:?}) within {PATIENCE:?}\n{}", self.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Poll until every running replica reports the same, nonzero execute index, and that
+    /// index is at least `at_least`. Returns it.
+    pub async fn wait_for_same_execute_index(&self, at_least: u64) -> u64 {
+        let start = Instant::now();
+        loop {
+            let mut indices = Vec::new();
+            for id in self.running_ids() {
+                indices.push(self.status(id).await.map(|s| s.execute_index));
+            }
+            if let Some(Some(first)) = indices.first() {
+                if *first >= at_least.max(1) && indices.iter().all(|i| *i == Some(*first)) {
+                    return *first;
+                }
+            }
+            self.assert_running();
+            assert!(
+                start.elapsed() < PATIENCE,
+                "execute indices of {:?} did not converge to >= {at_least} within {PATIENCE:?}: {indices:?}\n{}",
+                self.running_ids(),
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Fail (with the logs) if a replica that should run has exited.
+    pub fn assert_running(&self) {
+        for (i, c) in self.children.iter().enumerate() {
+            if let Some(c) = c {
+                // try_wait needs &mut; a replica that exited shows up in /proc as gone or zombie.
+                let state = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
+                let zombie = state.rsplit(')').next().map(|s| s.trim_start().starts_with('Z')).unwrap_or(true);
+                assert!(!zombie, "node {} exited unexpectedly\n{}", i + 1, self.logs());
+            }
+        }
+    }
+
+    /// The tail of every replica's log, for assertion messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for c in &self.configs {
+            let text = std::fs::read_to_string(self.log_path(c.id)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("---- node {} log (tail) ----\n", c.id));
+            out.push_str(&lines[lines.len().saturating_sub(30)..].join("\n"));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
