@@ -52,6 +52,8 @@ pub async fn run_protocol(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     config.validate_except_protocol()?;
+    // Before any metric handle is created: handles made without a recorder are no-ops.
+    let _ = metrics::prometheus();
     let me = config.me().clone();
     let peer_listener = bind(me.peer_addr, "peer").await?;
     let client_listener = bind(me.client_addr, "client").await?;
@@ -110,7 +112,6 @@ pub async fn run_protocol(
             next_conn: Arc::new(AtomicU64::new(1)),
         },
     ));
-    let _ = metrics::prometheus();
     let router = admin::router(admin::AdminState { me: me.clone(), status: status_rx });
     tasks.spawn(async move {
         if let Err(e) = axum::serve(admin_listener, router).await {
