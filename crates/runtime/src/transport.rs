@@ -116,7 +116,7 @@ async fn outbound(
                 failures += 1;
                 // The first failure and then every 50th: a peer that is down for long should
                 // not flood the log.
-                if failures == 1 || failures % 50 == 0 {
+                if failures == 1 || failures.is_multiple_of(50) {
                     info!(peer, %addr, attempts = failures, "cannot connect to peer: {e}");
                 }
                 let jitter = {
@@ -219,7 +219,7 @@ async fn serve_peer(
         let frame = read_frame(&mut stream, &mut buf, identity.max_frame_bytes)
             .await?
             .ok_or_else(|| anyhow!("connection closed before the peer hello"))?;
-        Ok::<_, anyhow::Error>(wire::decode_payload::<PeerHello>(&frame).context("bad peer hello")?)
+        wire::decode_payload::<PeerHello>(&frame).context("bad peer hello")
     })
     .await
     .map_err(|_| anyhow!("no peer handshake within {HANDSHAKE_TIMEOUT:?}"))??;

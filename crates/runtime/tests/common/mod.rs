@@ -151,7 +151,7 @@ pub struct Session {
     addrs: Vec<SocketAddr>,
     current: usize,
     conn: Option<RawClient>,
-    /// Replica id → index in addrs (ids are 1..=n in the test clusters).
+    /// `NotLeader` redirects followed (replica ids are 1..=n, in the order of `addrs`).
     pub redirects: u64,
 }
 
@@ -168,13 +168,11 @@ impl Session {
         while Instant::now() < deadline {
             if self.conn.is_none() {
                 let addr = self.addrs[self.current];
-                match tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await {
-                    Ok(Ok(mut stream)) => {
-                        if stream.write_all(CLIENT_MAGIC).await.is_ok() {
-                            self.conn = Some(RawClient { stream, buf: BytesMut::new() });
-                        }
+                if let Ok(Ok(mut stream)) = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await
+                {
+                    if stream.write_all(CLIENT_MAGIC).await.is_ok() {
+                        self.conn = Some(RawClient { stream, buf: BytesMut::new() });
                     }
-                    _ => {}
                 }
                 if self.conn.is_none() {
                     self.current = (self.current + 1) % self.addrs.len();
