@@ -28,7 +28,7 @@ use std::time::Duration;
 use synod_core::session::StateMachine;
 use synod_core::{
     Action, ClientRef, Command, Ctx, Event, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply, ReplyBody, Rng,
-    Time, TimerId,
+    Role, Time, TimerId,
 };
 use synod_protocols::registry::{ProtocolInfo, Setup};
 
@@ -116,6 +116,10 @@ pub struct SimConfig {
     /// After healing, everything must complete and converge within this virtual time.
     pub liveness_timeout: Duration,
     pub params: ProtocolParams,
+    /// Vary the batching, pipelining, catch-up and snapshot knobs per seed (half of the
+    /// seeds keep `params`): small windows, chunks and frequent snapshots reach code paths
+    /// (flow control, chunked catch-up, InstallSnapshot) the defaults never do in a short run.
+    pub fuzz_params: bool,
     /// Collect a readable trace (one line per event).
     pub trace: bool,
 }
@@ -133,6 +137,7 @@ impl SimConfig {
             fault_phase: Duration::from_secs(5),
             liveness_timeout: Duration::from_secs(30),
             params: ProtocolParams::default(),
+            fuzz_params: true,
             trace: false,
         }
     }
@@ -196,6 +201,8 @@ pub struct RunReport {
     /// Empty unless `SimConfig::trace`.
     pub trace: Vec<String>,
     pub stats: RunStats,
+    /// The protocol parameters the run used (after fuzzing).
+    pub params: ProtocolParams,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -229,6 +236,23 @@ fn uniform(rng: &mut Rng, lo: u64, hi: u64) -> u64 {
 fn exponential(rng: &mut Rng, mean: u64) -> u64 {
     let u: f64 = rng.gen();
     (-(mean as f64) * (1.0 - u).ln()).min(mean as f64 * 20.0) as u64
+}
+
+/// Per-seed protocol knobs: half the seeds keep `base`, the others get small batches,
+/// windows and chunks and frequent snapshots.
+fn fuzz(base: &ProtocolParams, rng: &mut Rng) -> ProtocolParams {
+    let mut p = base.clone();
+    if rng.gen_bool(0.5) {
+        return p;
+    }
+    let pick = |rng: &mut Rng, choices: &[u64]| choices[rng.gen_range(0..choices.len())];
+    p.max_batch = pick(rng, &[1, 2, 8, base.max_batch as u64]) as usize;
+    p.pipeline_window = pick(rng, &[1, 2, 8, base.pipeline_window as u64]) as usize;
+    p.catchup_chunk = pick(rng, &[1, 3, 16, base.catchup_chunk as u64]) as usize;
+    p.snapshot_every = pick(rng, &[base.snapshot_every, 10, 30, 100]);
+    p.snapshot_keep = pick(rng, &[0, 2, 10, 50]).min(p.snapshot_every);
+    p.snapshot_chunk_bytes = pick(rng, &[16, 200, 4096, base.snapshot_chunk_bytes as u64]) as usize;
+    p
 }
 
 const MS: u64 = 1_000_000;
@@ -439,6 +463,7 @@ const GIVE_UP_AFTER_TIMEOUTS: u32 = 6;
 
 struct Sim<'a> {
     cfg: &'a SimConfig,
+    params: ProtocolParams,
     now: u64,
     queue: BinaryHeap<Scheduled>,
     next_seq: u64,
@@ -460,8 +485,12 @@ struct Sim<'a> {
 }
 
 /// Upper bound on processed events, so a protocol that spins on zero-delay timers ends
-/// as a liveness failure instead of hanging the checker.
-const MAX_EVENTS: u64 = 20_000_000;
+/// as a liveness failure instead of hanging the checker. A normal run takes ~10^4 events.
+const MAX_EVENTS: u64 = 3_000_000;
+
+/// Upper bound on pending events: more means a message storm (amplification), reported
+/// as a liveness failure before it eats the machine's memory.
+const MAX_QUEUE: usize = 200_000;
 
 /// Run one simulation and check it (invariants, liveness, then linearizability).
 pub fn run(cfg: &SimConfig) -> RunReport {
@@ -483,7 +512,8 @@ pub fn run(cfg: &SimConfig) -> RunReport {
     sim.stats.virtual_end = sim.now;
     sim.stats.ops_completed = history.ops.iter().filter(|o| o.ret.is_some()).count() as u64;
     sim.stats.ops_indeterminate = history.ops.len() as u64 - sim.stats.ops_completed;
-    RunReport { seed: cfg.seed, failure, history, trace: sim.trace.take().unwrap_or_default(), stats: sim.stats }
+    let trace = sim.trace.take().unwrap_or_default();
+    RunReport { seed: cfg.seed, failure, history, trace, stats: sim.stats, params: sim.params }
 }
 
 impl<'a> Sim<'a> {
@@ -545,9 +575,11 @@ impl<'a> Sim<'a> {
                 }
             })
             .collect();
-        let client_timeout = cfg.params.election_timeout_max_ms.max(100) * MS;
+        let params = if cfg.fuzz_params { fuzz(&cfg.params, &mut setup_rng) } else { cfg.params.clone() };
+        let client_timeout = params.election_timeout_max_ms.max(100) * MS;
         Sim {
             cfg,
+            params,
             now: 0,
             queue: BinaryHeap::new(),
             next_seq: 0,
@@ -587,6 +619,15 @@ impl<'a> Sim<'a> {
     }
 
     fn start(&mut self) {
+        if self.trace.is_some() {
+            let p = &self.params;
+            let text = format!(
+                "params: max_batch={} pipeline_window={} catchup_chunk={} snapshot_every={} snapshot_keep={} snapshot_chunk_bytes={}; net base={}us loss={:.3} dup={:.3} reorder={:.3}",
+                p.max_batch, p.pipeline_window, p.catchup_chunk, p.snapshot_every, p.snapshot_keep,
+                p.snapshot_chunk_bytes, self.net.base / US, self.net.loss, self.net.dup, self.net.reorder
+            );
+            self.log("sim", || text);
+        }
         for i in 0..self.replicas.len() {
             self.boot(i, Vec::new());
         }
@@ -611,6 +652,15 @@ impl<'a> Sim<'a> {
             self.stats.events += 1;
             if self.stats.events > MAX_EVENTS {
                 self.fail(FailureKind::Liveness, format!("event budget of {MAX_EVENTS} exhausted (a timer loop?)"));
+                break;
+            }
+            if self.queue.len() > MAX_QUEUE {
+                let detail = format!(
+                    "{} events pending (a message storm?); {} messages sent so far",
+                    self.queue.len(),
+                    self.stats.messages_sent
+                );
+                self.fail(FailureKind::Liveness, detail);
                 break;
             }
             self.handle(s.ev);
@@ -686,8 +736,7 @@ impl<'a> Sim<'a> {
     // --- replicas -----------------------------------------------------------------------
 
     fn build(&mut self, node: usize) -> Option<Box<dyn Protocol>> {
-        let setup =
-            Setup { id: self.replicas[node].id, members: self.members.clone(), params: self.cfg.params.clone() };
+        let setup = Setup { id: self.replicas[node].id, members: self.members.clone(), params: self.params.clone() };
         match (self.cfg.protocol.build)(&setup) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -899,7 +948,15 @@ impl<'a> Sim<'a> {
                 let max_down = (n - 1) / 2;
                 let alive: Vec<usize> = (0..n).filter(|&i| self.replicas[i].proto.is_some()).collect();
                 if self.crashed() < max_down && !alive.is_empty() {
-                    let node = alive[self.fault_rng.gen_range(0..alive.len())];
+                    // Leaders are where the interesting bugs hide (half-replicated entries,
+                    // elections with divergent logs): aim at one most of the time.
+                    let leaders: Vec<usize> = alive
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.replicas[i].proto.as_ref().is_some_and(|p| p.status().role == Role::Leader))
+                        .collect();
+                    let pool = if !leaders.is_empty() && self.fault_rng.gen_bool(0.6) { &leaders } else { &alive };
+                    let node = pool[self.fault_rng.gen_range(0..pool.len())];
                     let wipe = f.crash_wipe && (!f.crash || self.fault_rng.gen_bool(0.5));
                     self.crash(node);
                     let at = self.now + uniform(&mut self.fault_rng, 100 * MS, 3000 * MS);
@@ -916,15 +973,27 @@ impl<'a> Sim<'a> {
         self.net.cut.clear();
         self.net.client_cut.clear();
         self.stats.partitions += 1;
-        let x = self.fault_rng.gen_range(0..n);
+        let leaders: Vec<usize> = (0..n)
+            .filter(|&i| self.replicas[i].proto.as_ref().is_some_and(|p| p.status().role == Role::Leader))
+            .collect();
+        let x = if !leaders.is_empty() && self.fault_rng.gen_bool(0.5) {
+            leaders[self.fault_rng.gen_range(0..leaders.len())]
+        } else {
+            self.fault_rng.gen_range(0..n)
+        };
         let desc = match self.fault_rng.gen_range(0..3) {
             0 => {
                 for j in (0..n).filter(|&j| j != x) {
                     self.net.cut.insert((x, j));
                     self.net.cut.insert((j, x));
                 }
-                self.net.client_cut.insert(x);
-                format!("isolate n{}", x + 1)
+                // Sometimes clients still reach the isolated node: a cut-off leader keeps
+                // accepting requests it can only append locally.
+                let clients_too = self.fault_rng.gen_bool(0.5);
+                if clients_too {
+                    self.net.client_cut.insert(x);
+                }
+                format!("isolate n{}{}", x + 1, if clients_too { " (and from clients)" } else { " from peers" })
             }
             1 => {
                 for a in 0..n {
