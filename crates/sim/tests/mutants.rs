@@ -67,12 +67,28 @@ static SHARED_SLOTS: ProtocolInfo =
 static BLACK_HOLE: ProtocolInfo =
     ProtocolInfo { name: "black-hole", description: "never answers", leader_based: false, build: black_hole };
 
-/// The first failing seed in `seeds`, with its failure kind.
+/// The first failing seed in `seeds`, with its failure kind. Odd seeds run 5 replicas
+/// (two may be down at once, which some bugs need), even seeds 3.
 fn first_failure(info: &'static ProtocolInfo, seeds: std::ops::Range<u64>, faults: FaultSet) -> Option<(u64, FailureKind)> {
     for seed in seeds {
-        let report = run(&SimConfig { faults, ..SimConfig::new(info, seed) });
+        let replicas = if seed % 2 == 1 { 5 } else { 3 };
+        let report = run(&SimConfig { faults, replicas, ..SimConfig::new(info, seed) });
         if let Some(f) = report.failure {
             return Some((seed, f.kind));
+        }
+    }
+    None
+}
+
+/// The first seed where a *safety* checker fires (a liveness failure of a mutant may be an
+/// unrelated bug of the base protocol, so it does not count as catching the mutant).
+fn first_safety_failure(info: &'static ProtocolInfo, seeds: std::ops::Range<u64>) -> Option<(u64, FailureKind)> {
+    for seed in seeds {
+        let replicas = if seed % 2 == 1 { 5 } else { 3 };
+        let report = run(&SimConfig { replicas, ..SimConfig::new(info, seed) });
+        match report.failure {
+            Some(f) if f.kind != FailureKind::Liveness => return Some((seed, f.kind)),
+            _ => {}
         }
     }
     None
@@ -108,7 +124,7 @@ fn protocol_mutants_are_caught_within_500_seeds() {
     let mutants = synod_protocols::mutants::all();
     assert!(!mutants.is_empty());
     for m in mutants {
-        let found = first_failure(m, 0..500, FaultSet::all());
+        let found = first_safety_failure(m, 0..500);
         let (seed, kind) = found.unwrap_or_else(|| panic!("mutant {} survived 500 seeds", m.name));
         println!("mutant {} caught at seed {seed}: {kind:?}", m.name);
     }
