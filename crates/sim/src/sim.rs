@@ -473,6 +473,9 @@ struct Sim<'a> {
     history: Vec<Operation>,
     net: Net,
     fault_rng: Rng,
+    /// Divides the gaps between faults and the downtime of crashed replicas: a third of the
+    /// seeds run a "fault storm" where leaders die moments after being elected.
+    fault_intensity: u64,
     healed: bool,
     deadline: u64,
     client_timeout: u64,
@@ -575,6 +578,7 @@ impl<'a> Sim<'a> {
                 }
             })
             .collect();
+        let fault_intensity = if setup_rng.gen_bool(1.0 / 3.0) { 5 } else { 1 };
         let params = if cfg.fuzz_params { fuzz(&cfg.params, &mut setup_rng) } else { cfg.params.clone() };
         let client_timeout = params.election_timeout_max_ms.max(100) * MS;
         Sim {
@@ -589,6 +593,7 @@ impl<'a> Sim<'a> {
             history: Vec::new(),
             net,
             fault_rng: derive_rng(cfg.seed, STREAM_FAULTS, 0),
+            fault_intensity,
             healed: false,
             deadline: u64::MAX,
             client_timeout,
@@ -622,9 +627,10 @@ impl<'a> Sim<'a> {
         if self.trace.is_some() {
             let p = &self.params;
             let text = format!(
-                "params: max_batch={} pipeline_window={} catchup_chunk={} snapshot_every={} snapshot_keep={} snapshot_chunk_bytes={}; net base={}us loss={:.3} dup={:.3} reorder={:.3}",
+                "params: max_batch={} pipeline_window={} catchup_chunk={} snapshot_every={} snapshot_keep={} snapshot_chunk_bytes={}; net base={}us loss={:.3} dup={:.3} reorder={:.3}; fault intensity x{}",
                 p.max_batch, p.pipeline_window, p.catchup_chunk, p.snapshot_every, p.snapshot_keep,
-                p.snapshot_chunk_bytes, self.net.base / US, self.net.loss, self.net.dup, self.net.reorder
+                p.snapshot_chunk_bytes, self.net.base / US, self.net.loss, self.net.dup, self.net.reorder,
+                self.fault_intensity
             );
             self.log("sim", || text);
         }
@@ -804,7 +810,7 @@ impl<'a> Sim<'a> {
                 Action::Reply { client, reply } => {
                     self.log(&who, || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
                     if client.node == id {
-                        self.to_client(node, client.conn, reply);
+                        self.reply_to_client(node, client.conn, reply);
                     }
                 }
                 Action::Apply { pos, cmd, reply } => self.apply(node, pos, cmd, reply),
@@ -898,12 +904,12 @@ impl<'a> Sim<'a> {
         if let Some(c) = reply {
             if c.node == id {
                 let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
-                self.to_client(node, c.conn, reply);
+                self.reply_to_client(node, c.conn, reply);
             }
         }
     }
 
-    fn to_client(&mut self, node: usize, conn: u64, reply: Reply) {
+    fn reply_to_client(&mut self, node: usize, conn: u64, reply: Reply) {
         let client = conn as usize;
         if client >= self.clients.len() || self.net.client_cut.contains(&node) {
             return;
@@ -959,13 +965,15 @@ impl<'a> Sim<'a> {
                     let node = pool[self.fault_rng.gen_range(0..pool.len())];
                     let wipe = f.crash_wipe && (!f.crash || self.fault_rng.gen_bool(0.5));
                     self.crash(node);
-                    let at = self.now + uniform(&mut self.fault_rng, 100 * MS, 3000 * MS);
+                    let k = self.fault_intensity;
+                    let at = self.now + uniform(&mut self.fault_rng, 100 * MS / k, 3000 * MS / k);
                     let incarnation = self.replicas[node].incarnation;
                     self.schedule(at, Ev::Restart { node, incarnation, wipe });
                 }
             }
         }
-        let at = self.now + uniform(&mut self.fault_rng, 100 * MS, 800 * MS);
+        let k = self.fault_intensity;
+        let at = self.now + uniform(&mut self.fault_rng, 100 * MS / k, 800 * MS / k);
         self.schedule(at, Ev::FaultTick);
     }
 
