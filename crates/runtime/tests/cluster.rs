@@ -80,3 +80,51 @@ async fn three_replicas_serve_and_survive_a_full_restart() {
         n.stop().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_follower_does_not_stall_the_cluster_and_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, "multipaxos", Some(dir.path()), FsyncMode::Never);
+    let client_addrs: Vec<_> = configs.iter().map(|c| c.me().client_addr).collect();
+    let mut nodes: Vec<Option<Running>> = configs.iter().cloned().map(|c| Some(Running::start(c))).collect();
+    let mut s = Session::new(11, client_addrs.clone());
+    for i in 0..10 {
+        s.put(&format!("k{i}"), "before").await;
+    }
+    let mut leader = None;
+    for addr in &client_addrs {
+        let st = common::RawClient::connect(*addr).await.status().await;
+        if st.role == Role::Leader {
+            leader = Some(st.id);
+        }
+    }
+    let leader = leader.expect("a leader");
+    let follower = configs.iter().find(|c| c.id != leader).unwrap().id;
+
+    // With a follower down, the leader's sends to it queue, then drop; commits go on with
+    // the remaining majority.
+    nodes[follower as usize - 1].take().unwrap().stop().await.unwrap();
+    for i in 0..50 {
+        s.put(&format!("k{i}"), "during").await;
+    }
+
+    // Back up: it reconnects, catches up and executes everything the leader did.
+    nodes[follower as usize - 1] = Some(Running::start(configs[follower as usize - 1].clone()));
+    let leader_addr = configs[leader as usize - 1].me().client_addr;
+    let target = common::RawClient::connect(leader_addr).await.status().await.execute_index;
+    let mut raw = common::RawClient::connect(configs[follower as usize - 1].me().client_addr).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = raw.status().await;
+        if st.execute_index >= target {
+            assert_eq!(st.leader, Some(leader));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "follower stuck at {} < {target}", st.execute_index);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.get("k49").await.as_deref(), Some(&b"during"[..]));
+    for n in nodes.into_iter().flatten() {
+        n.stop().await.unwrap();
+    }
+}
