@@ -276,6 +276,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_full_peer_queue_drops_instead_of_waiting() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let sender = PeerSender::new(tx, PeerMetrics::new(1, 2));
+        for i in 0..5u64 {
+            sender.send(PeerFrame { sent_at: i, msg: Bytes::new() }); // never blocks
+        }
+        assert_eq!(rx.try_recv().unwrap().sent_at, 0);
+        assert_eq!(rx.try_recv().unwrap().sent_at, 1);
+        assert!(rx.try_recv().is_err(), "messages beyond the queue's capacity were dropped");
+    }
+
+    #[test]
     fn peer_frames_round_trip() {
         let f = PeerFrame { sent_at: 123_456_789, msg: Bytes::from_static(b"hello") };
         let mut buf = BytesMut::new();
