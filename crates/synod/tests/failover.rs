@@ -66,12 +66,17 @@ async fn three_replicas_survive_crashes_and_catch_up() {
     // kill -9 the leader: a new one within two election timeouts.
     cluster.kill9(leader);
     let killed_at = Instant::now();
+    let killed_wall = std::time::SystemTime::now();
     let new_leader = cluster.wait_for_leader(&[leader]).await;
     let failover = killed_at.elapsed();
     let bound = Duration::from_millis(2 * test_params().election_timeout_max_ms);
     eprintln!("failover from node {leader} to node {new_leader} took {failover:?} (bound {bound:?})");
     assert_ne!(new_leader, leader);
-    assert!(failover <= bound, "new leader after {failover:?}, more than two election timeouts ({bound:?})");
+    assert!(
+        failover <= bound,
+        "new leader after {failover:?}, more than two election timeouts ({bound:?}); leader killed at {killed_wall:?}\n{}",
+        cluster.logs()
+    );
 
     // Every acknowledged value survived, and the cluster keeps taking writes.
     assert_all_readable(&mut client, &acked).await;
