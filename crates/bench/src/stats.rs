@@ -1,0 +1,266 @@
+//! Latency and throughput statistics: HDR histograms per operation class, counters of
+//! rejected and failed operations, and a per-interval timeline.
+//!
+//! Latencies are recorded in microseconds. Percentiles come from the histograms, never from
+//! means: replication latency distributions are multi-modal (fast path / slow path, leader
+//! change stalls) and a mean describes none of the modes.
+
+use crate::workload::OpClass;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::time::Duration;
+
+/// Highest latency a histogram tracks (larger values are clamped to it): one hour.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+fn histogram(sigfig: u8) -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, sigfig).expect("static histogram bounds are valid")
+}
+
+/// How one operation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    Ok,
+    /// The target answered and refused (overload, invalid request).
+    Rejected,
+    /// Transport failure, timeout or an error answer.
+    Error,
+}
+
+/// Counters and latency histogram of one class, over the whole run or one interval.
+#[derive(Clone, Debug)]
+pub struct ClassStats {
+    /// Latency of the operations that succeeded.
+    pub hist: Histogram<u64>,
+    pub rejected: u64,
+    pub errors: u64,
+}
+
+impl ClassStats {
+    fn new(sigfig: u8) -> ClassStats {
+        ClassStats { hist: histogram(sigfig), rejected: 0, errors: 0 }
+    }
+
+    fn record(&mut self, latency: Duration, completion: Completion) {
+        match completion {
+            Completion::Ok => self.hist.saturating_record((latency.as_micros() as u64).max(1)),
+            Completion::Rejected => self.rejected += 1,
+            Completion::Error => self.errors += 1,
+        }
+    }
+
+    pub fn ok(&self) -> u64 {
+        self.hist.len()
+    }
+}
+
+/// One interval of the timeline.
+#[derive(Clone, Debug)]
+pub struct Interval {
+    pub classes: [ClassStats; 4],
+    /// Open loop: arrivals dropped because too many operations were outstanding.
+    pub dropped: u64,
+}
+
+/// Everything recorded during the measured part of one run.
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    pub interval: Duration,
+    pub classes: [ClassStats; 4],
+    pub timeline: Vec<Interval>,
+    pub dropped: u64,
+}
+
+impl Recorder {
+    pub fn new(interval: Duration) -> Recorder {
+        assert!(!interval.is_zero(), "validated by the caller");
+        Recorder { interval, classes: OpClass::ALL.map(|_| ClassStats::new(3)), timeline: Vec::new(), dropped: 0 }
+    }
+
+    fn interval_mut(&mut self, at: Duration) -> &mut Interval {
+        let idx = (at.as_nanos() / self.interval.as_nanos()) as usize;
+        while self.timeline.len() <= idx {
+            // Two significant digits are plenty per interval and keep the timeline small.
+            self.timeline.push(Interval { classes: OpClass::ALL.map(|_| ClassStats::new(2)), dropped: 0 });
+        }
+        &mut self.timeline[idx]
+    }
+
+    /// Record one operation that completed `at` after the start of measurement.
+    pub fn record(&mut self, class: OpClass, at: Duration, latency: Duration, completion: Completion) {
+        self.classes[class.index()].record(latency, completion);
+        self.interval_mut(at).classes[class.index()].record(latency, completion);
+    }
+
+    /// Record an arrival dropped (open loop) at `at`.
+    pub fn record_drop(&mut self, at: Duration) {
+        self.dropped += 1;
+        self.interval_mut(at).dropped += 1;
+    }
+
+    /// Make the timeline cover `elapsed` (intervals with no completions are real: a stall).
+    pub fn extend_to(&mut self, elapsed: Duration) {
+        if !elapsed.is_zero() {
+            let _ = self.interval_mut(elapsed - Duration::from_nanos(1));
+        }
+    }
+
+    /// All classes merged.
+    pub fn overall(&self) -> ClassStats {
+        merge(&self.classes)
+    }
+
+    pub fn summary(&self, elapsed: Duration) -> Summary {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let mut classes: Vec<ClassSummary> = OpClass::ALL
+            .iter()
+            .filter(|c| {
+                let s = &self.classes[c.index()];
+                s.ok() + s.rejected + s.errors > 0
+            })
+            .map(|c| ClassSummary::of(c.name(), &self.classes[c.index()], secs))
+            .collect();
+        classes.push(ClassSummary::of("all", &self.overall(), secs));
+        Summary { elapsed_s: secs, dropped: self.dropped, classes }
+    }
+
+    pub fn timeline_rows(&self) -> Vec<TimelineRow> {
+        let secs = self.interval.as_secs_f64();
+        self.timeline
+            .iter()
+            .enumerate()
+            .map(|(i, iv)| TimelineRow {
+                t_s: i as f64 * secs,
+                dropped: iv.dropped,
+                classes: OpClass::ALL
+                    .iter()
+                    .map(|c| ClassSummary::of(c.name(), &iv.classes[c.index()], secs))
+                    .chain(std::iter::once(ClassSummary::of("all", &merge(&iv.classes), secs)))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+fn merge(classes: &[ClassStats]) -> ClassStats {
+    let mut all = ClassStats::new(classes[0].hist.sigfig());
+    for c in classes {
+        all.hist.add(&c.hist).expect("same bounds");
+        all.rejected += c.rejected;
+        all.errors += c.errors;
+    }
+    all
+}
+
+/// Percentiles in milliseconds and throughput in operations per second of one class.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassSummary {
+    pub class: String,
+    pub ok: u64,
+    pub rejected: u64,
+    pub errors: u64,
+    /// Successful operations per second.
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+impl ClassSummary {
+    fn of(name: &str, s: &ClassStats, secs: f64) -> ClassSummary {
+        let q = |q: f64| if s.hist.is_empty() { 0.0 } else { s.hist.value_at_quantile(q) as f64 / 1000.0 };
+        ClassSummary {
+            class: name.to_string(),
+            ok: s.ok(),
+            rejected: s.rejected,
+            errors: s.errors,
+            throughput: s.ok() as f64 / secs,
+            p50_ms: q(0.5),
+            p90_ms: q(0.9),
+            p99_ms: q(0.99),
+            p999_ms: q(0.999),
+            max_ms: if s.hist.is_empty() { 0.0 } else { s.hist.max() as f64 / 1000.0 },
+        }
+    }
+}
+
+/// The result of one run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    /// Measured time (warm-up excluded).
+    pub elapsed_s: f64,
+    /// Open-loop arrivals dropped because the outstanding bound was reached.
+    pub dropped: u64,
+    /// One entry per class that saw operations, then `all`.
+    pub classes: Vec<ClassSummary>,
+}
+
+impl Summary {
+    pub fn class(&self, name: &str) -> Option<&ClassSummary> {
+        self.classes.iter().find(|c| c.class == name)
+    }
+
+    /// The all-classes line.
+    pub fn all(&self) -> &ClassSummary {
+        self.class("all").expect("summary always has `all`")
+    }
+}
+
+/// One timeline interval: start time (seconds since the start of measurement) and one entry
+/// per class plus `all`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimelineRow {
+    pub t_s: f64,
+    pub dropped: u64,
+    pub classes: Vec<ClassSummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_per_class_and_overall() {
+        let mut r = Recorder::new(Duration::from_secs(1));
+        for i in 1..=1000u64 {
+            r.record(OpClass::Read, Duration::from_millis(i), Duration::from_micros(i * 10), Completion::Ok);
+        }
+        r.record(OpClass::Write, Duration::from_millis(10), Duration::from_millis(50), Completion::Ok);
+        r.record(OpClass::Write, Duration::from_millis(10), Duration::from_millis(1), Completion::Rejected);
+        r.record(OpClass::Scan, Duration::from_millis(1500), Duration::from_millis(1), Completion::Error);
+        let s = r.summary(Duration::from_secs(2));
+        let read = s.class("read").unwrap();
+        assert_eq!(read.ok, 1000);
+        assert!((read.p50_ms - 5.0).abs() < 0.01, "{read:?}");
+        assert!((read.p99_ms - 9.9).abs() < 0.01, "{read:?}");
+        assert!((read.max_ms - 10.0).abs() < 0.01);
+        assert!((read.throughput - 500.0).abs() < 1e-9);
+        let write = s.class("write").unwrap();
+        assert_eq!((write.ok, write.rejected, write.errors), (1, 1, 0));
+        assert_eq!(s.class("scan").unwrap().errors, 1);
+        assert!(s.class("rmw").is_none(), "classes without operations are left out");
+        let all = s.all();
+        assert_eq!((all.ok, all.rejected, all.errors), (1001, 1, 1));
+        assert!((all.max_ms - 50.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn timeline_buckets_by_completion_time() {
+        let mut r = Recorder::new(Duration::from_millis(500));
+        r.record(OpClass::Read, Duration::from_millis(100), Duration::from_millis(1), Completion::Ok);
+        r.record(OpClass::Read, Duration::from_millis(499), Duration::from_millis(3), Completion::Ok);
+        r.record(OpClass::Read, Duration::from_millis(1200), Duration::from_millis(2), Completion::Ok);
+        r.record_drop(Duration::from_millis(1300));
+        r.extend_to(Duration::from_secs(2));
+        let rows = r.timeline_rows();
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[0].classes[0].ok, 2);
+        assert!((rows[0].classes[0].throughput - 4.0).abs() < 1e-9);
+        assert_eq!(rows[1].classes[0].ok, 0, "an interval without completions is a stall, not a gap");
+        assert_eq!(rows[2].dropped, 1);
+        assert!((rows[2].t_s - 1.0).abs() < 1e-9);
+        assert_eq!(r.dropped, 1);
+    }
+}

@@ -1,0 +1,327 @@
+//! The systems a benchmark drives: synod (native client), any Redis-protocol server, etcd v3.
+//!
+//! Each simulated client owns one [`Target`] — one connection — and has one operation
+//! outstanding on it, so the load a run offers is the same whichever system is measured.
+//!
+//! How the YCSB operations map:
+//!
+//! | op | synod | Redis | etcd |
+//! |---|---|---|---|
+//! | read | `Get` | `GET` | range get of the key |
+//! | update / insert | `Put` | `SET` | put |
+//! | scan(start, n) | `Scan { start, end: "", limit: n }` | `MGET` of the n records numbered from the start record (see below) | range get from `start` with `limit n` |
+//! | read-modify-write | `Get` then `Put` | `GET` then `SET` | get then put |
+//!
+//! Redis has no ordered range over plain string keys (`SCAN` walks the hash table in cursor
+//! order and its `COUNT` is a hint, not a range), so a scan is emulated as one `MGET` of the
+//! `n` keys whose *record numbers* follow the start record: the same number of keys read in
+//! one round trip, but not the same keys a key-ordered scan returns. Keep that in mind when
+//! comparing workload E across targets.
+
+use crate::workload::{key_for, BenchOp};
+use bytes::Bytes;
+use std::fmt;
+use std::future::Future;
+use synod_core::{Op, OpResult};
+
+/// How the target answered one operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// The target answered and refused the operation (overloaded, invalid request): the
+    /// system is alive but did not do the work.
+    Rejected(String),
+    /// The target answered with an error for this operation (a failed operation, a timeout
+    /// inside the client library, an unexpected answer).
+    Error(String),
+}
+
+/// The connection itself failed; the driver drops it and connects again.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("cannot connect to {target}: {reason}")]
+    Connect { target: String, reason: String },
+    #[error("connection failed: {0}")]
+    Transport(String),
+}
+
+/// One connection to a system under test.
+pub trait Target: Send {
+    /// Run one operation to completion (both round trips of a read-modify-write).
+    fn execute(&mut self, op: &BenchOp) -> impl Future<Output = Result<Outcome, TargetError>> + Send;
+}
+
+/// Which kind of system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    Synod,
+    Redis,
+    Etcd,
+}
+
+impl TargetKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Synod => "synod",
+            TargetKind::Redis => "redis",
+            TargetKind::Etcd => "etcd",
+        }
+    }
+}
+
+/// A target named on the command line: `KIND=ENDPOINTS` or `LABEL:KIND=ENDPOINTS`, endpoints
+/// comma-separated `host:port` (e.g. `synod=127.0.0.1:7201,127.0.0.1:7202`,
+/// `raft:synod=127.0.0.1:7301`, `redis=127.0.0.1:6379`, `etcd=127.0.0.1:2379`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TargetSpec {
+    /// Name used in reports and directory names.
+    pub label: String,
+    pub kind: TargetKind,
+    pub endpoints: Vec<String>,
+}
+
+impl fmt::Display for TargetSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} {})", self.label, self.kind.name(), self.endpoints.join(","))
+    }
+}
+
+impl std::str::FromStr for TargetSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TargetSpec, String> {
+        let Some((left, endpoints)) = s.split_once('=') else {
+            return Err(format!("target `{s}`: expected KIND=HOST:PORT[,HOST:PORT...] with KIND synod, redis or etcd"));
+        };
+        let (label, kind) = match left.split_once(':') {
+            Some((label, kind)) => (label.trim(), kind.trim()),
+            None => (left.trim(), left.trim()),
+        };
+        let kind = match kind {
+            "synod" => TargetKind::Synod,
+            "redis" => TargetKind::Redis,
+            "etcd" => TargetKind::Etcd,
+            other => return Err(format!("target `{s}`: unknown kind `{other}` (synod, redis, etcd)")),
+        };
+        if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(format!("target `{s}`: label `{label}` must be non-empty letters, digits, `-`, `_` or `.`"));
+        }
+        let endpoints: Vec<String> =
+            endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect();
+        if endpoints.is_empty() {
+            return Err(format!("target `{s}`: no endpoints"));
+        }
+        for e in &endpoints {
+            let hostport = e.rsplit_once("://").map_or(e.as_str(), |(_, rest)| rest).trim_end_matches('/');
+            let port_ok = hostport.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(format!("target `{s}`: endpoint `{e}` is not HOST:PORT"));
+            }
+        }
+        Ok(TargetSpec { label: label.to_string(), kind, endpoints })
+    }
+}
+
+impl TargetSpec {
+    /// Open the connection of simulated client number `client`. `key_size` is the workload's
+    /// (Redis needs it to emulate scans).
+    pub async fn connect(&self, client: usize, key_size: usize) -> Result<AnyTarget, TargetError> {
+        let fail = |reason: String| TargetError::Connect { target: self.to_string(), reason };
+        Ok(match self.kind {
+            TargetKind::Synod => AnyTarget::Synod(Box::new(SynodTarget {
+                client: synod_client::Client::connect(&self.endpoints).await.map_err(|e| fail(e.to_string()))?,
+            })),
+            TargetKind::Redis => {
+                // Clients are spread over the endpoints (e.g. synod's Redis front end on
+                // every replica); a single redis-server has one.
+                let endpoint = &self.endpoints[client % self.endpoints.len()];
+                let url = if endpoint.contains("://") { endpoint.clone() } else { format!("redis://{endpoint}/") };
+                let c = redis::Client::open(url.as_str()).map_err(|e| fail(e.to_string()))?;
+                let conn = c.get_multiplexed_async_connection().await.map_err(|e| fail(e.to_string()))?;
+                AnyTarget::Redis(RedisTarget { conn, key_size })
+            }
+            TargetKind::Etcd => {
+                let urls: Vec<String> = self
+                    .endpoints
+                    .iter()
+                    .map(|e| if e.contains("://") { e.clone() } else { format!("http://{e}") })
+                    .collect();
+                let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
+                let client = etcd_client::Client::connect(urls, Some(opts)).await.map_err(|e| fail(e.to_string()))?;
+                AnyTarget::Etcd(Box::new(EtcdTarget { client }))
+            }
+        })
+    }
+}
+
+/// A connection to any supported kind of target (static dispatch: the trait's futures are
+/// not object safe, and an enum keeps the hot path free of boxing).
+pub enum AnyTarget {
+    Synod(Box<SynodTarget>),
+    Redis(RedisTarget),
+    Etcd(Box<EtcdTarget>),
+}
+
+impl Target for AnyTarget {
+    async fn execute(&mut self, op: &BenchOp) -> Result<Outcome, TargetError> {
+        match self {
+            AnyTarget::Synod(t) => t.execute(op).await,
+            AnyTarget::Redis(t) => t.execute(op).await,
+            AnyTarget::Etcd(t) => t.execute(op).await,
+        }
+    }
+}
+
+/// synod through its native client library: one session per simulated client.
+pub struct SynodTarget {
+    client: synod_client::Client,
+}
+
+impl SynodTarget {
+    /// One synod operation; `Ok(Err(outcome))` is an answer that ends the benchmark operation.
+    async fn run(&mut self, op: Op) -> Result<Result<OpResult, Outcome>, TargetError> {
+        use synod_client::ClientError as E;
+        match self.client.execute(op).await {
+            Ok(r) => Ok(Ok(r)),
+            Err(E::Invalid(reason)) => Ok(Err(Outcome::Rejected(reason))),
+            Err(e @ (E::Failed(_) | E::Timeout { .. })) => Ok(Err(Outcome::Error(e.to_string()))),
+            Err(e) => Err(TargetError::Transport(e.to_string())),
+        }
+    }
+}
+
+impl Target for SynodTarget {
+    async fn execute(&mut self, op: &BenchOp) -> Result<Outcome, TargetError> {
+        let expect_done = |r: OpResult| match r {
+            OpResult::Done => Outcome::Ok,
+            other => Outcome::Error(format!("put answered {other:?}")),
+        };
+        Ok(match op {
+            BenchOp::Read { key } => match self.run(Op::Get { key: key.clone() }).await? {
+                Ok(OpResult::Value(_)) => Outcome::Ok,
+                Ok(other) => Outcome::Error(format!("get answered {other:?}")),
+                Err(o) => o,
+            },
+            BenchOp::Update { key, value } | BenchOp::Insert { key, value } => {
+                match self.run(Op::Put { key: key.clone(), value: value.clone() }).await? {
+                    Ok(r) => expect_done(r),
+                    Err(o) => o,
+                }
+            }
+            BenchOp::Scan { start, count, .. } => {
+                match self.run(Op::Scan { start: start.clone(), end: Bytes::new(), limit: *count }).await? {
+                    Ok(OpResult::Scan(_)) => Outcome::Ok,
+                    Ok(other) => Outcome::Error(format!("scan answered {other:?}")),
+                    Err(o) => o,
+                }
+            }
+            BenchOp::ReadModifyWrite { key, value } => match self.run(Op::Get { key: key.clone() }).await? {
+                Ok(OpResult::Value(_)) => match self.run(Op::Put { key: key.clone(), value: value.clone() }).await? {
+                    Ok(r) => expect_done(r),
+                    Err(o) => o,
+                },
+                Ok(other) => Outcome::Error(format!("get answered {other:?}")),
+                Err(o) => o,
+            },
+        })
+    }
+}
+
+/// A Redis-protocol server, plain string keys.
+pub struct RedisTarget {
+    conn: redis::aio::MultiplexedConnection,
+    key_size: usize,
+}
+
+/// Map a Redis error: transport failures end the connection; `BUSY`, `LOADING`, `TRYAGAIN`,
+/// `OOM` and read-only replicas are refusals; any other error reply is an operation error.
+fn redis_outcome(e: redis::RedisError) -> Result<Outcome, TargetError> {
+    use redis::ErrorKind as K;
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+        return Err(TargetError::Transport(e.to_string()));
+    }
+    let refused = matches!(e.kind(), K::BusyLoadingError | K::TryAgain | K::ReadOnly)
+        || matches!(e.code(), Some("BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "READONLY"));
+    Ok(if refused { Outcome::Rejected(e.to_string()) } else { Outcome::Error(e.to_string()) })
+}
+
+impl Target for RedisTarget {
+    async fn execute(&mut self, op: &BenchOp) -> Result<Outcome, TargetError> {
+        let conn = &mut self.conn;
+        let get = |key: &Bytes| redis::cmd("GET").arg(key.as_ref()).to_owned();
+        let set = |key: &Bytes, value: &Bytes| redis::cmd("SET").arg(key.as_ref()).arg(value.as_ref()).to_owned();
+        let result: redis::RedisResult<()> = match op {
+            BenchOp::Read { key } => get(key).query_async::<Option<Vec<u8>>>(conn).await.map(drop),
+            BenchOp::Update { key, value } | BenchOp::Insert { key, value } => {
+                set(key, value).query_async::<()>(conn).await
+            }
+            BenchOp::Scan { record, count, .. } => {
+                let mut cmd = redis::cmd("MGET");
+                for n in *record..*record + *count as u64 {
+                    cmd.arg(key_for(n, self.key_size).as_ref());
+                }
+                cmd.query_async::<Vec<Option<Vec<u8>>>>(conn).await.map(drop)
+            }
+            BenchOp::ReadModifyWrite { key, value } => {
+                match get(key).query_async::<Option<Vec<u8>>>(&mut *conn).await {
+                    Ok(_) => set(key, value).query_async::<()>(conn).await,
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match result {
+            Ok(()) => Ok(Outcome::Ok),
+            Err(e) => redis_outcome(e),
+        }
+    }
+}
+
+/// etcd v3 over gRPC.
+pub struct EtcdTarget {
+    client: etcd_client::Client,
+}
+
+/// Map an etcd error: gRPC statuses are answers (resource exhausted / invalid argument are
+/// refusals, the rest operation errors); transport and IO errors end the connection.
+fn etcd_outcome(e: etcd_client::Error) -> Result<Outcome, TargetError> {
+    use etcd_client::Error as E;
+    use tonic::Code;
+    match e {
+        E::GRpcStatus(s) => Ok(match s.code() {
+            Code::ResourceExhausted | Code::InvalidArgument | Code::FailedPrecondition => {
+                Outcome::Rejected(format!("{:?}: {}", s.code(), s.message()))
+            }
+            Code::Unavailable => return Err(TargetError::Transport(format!("unavailable: {}", s.message()))),
+            c => Outcome::Error(format!("{c:?}: {}", s.message())),
+        }),
+        other => Err(TargetError::Transport(other.to_string())),
+    }
+}
+
+impl Target for EtcdTarget {
+    async fn execute(&mut self, op: &BenchOp) -> Result<Outcome, TargetError> {
+        let c = &mut self.client;
+        let r = match op {
+            BenchOp::Read { key } => c.get(key.to_vec(), None).await.map(drop),
+            BenchOp::Update { key, value } | BenchOp::Insert { key, value } => {
+                c.put(key.to_vec(), value.to_vec(), None).await.map(drop)
+            }
+            BenchOp::Scan { start, count, .. } => {
+                let opts = etcd_client::GetOptions::new().with_from_key().with_limit(*count as i64);
+                c.get(start.to_vec(), Some(opts)).await.map(drop)
+            }
+            BenchOp::ReadModifyWrite { key, value } => match c.get(key.to_vec(), None).await {
+                Ok(_) => c.put(key.to_vec(), value.to_vec(), None).await.map(drop),
+                Err(e) => Err(e),
+            },
+        };
+        match r {
+            Ok(()) => Ok(Outcome::Ok),
+            Err(e) => etcd_outcome(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
