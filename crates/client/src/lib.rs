@@ -66,6 +66,9 @@ pub enum ClientError {
     /// every replica), e.g. a retry of a request whose session expired.
     #[error("the operation failed: {0}")]
     Failed(String),
+    /// No endpoint answered while connecting; nothing was sent.
+    #[error("no replica answered within {elapsed:.1?}: {errors}")]
+    NoReplicaReachable { elapsed: Duration, errors: String },
     /// One endpoint could not be queried (status queries only; requests retry instead).
     #[error("{endpoint}: {reason}")]
     Unreachable { endpoint: String, reason: String },
@@ -148,7 +151,7 @@ impl Client {
                 return Ok(c);
             }
             if start.elapsed() >= c.opts.max_retry_time {
-                return Err(ClientError::Timeout { elapsed: start.elapsed(), last_error: errors.join("; ") });
+                return Err(ClientError::NoReplicaReachable { elapsed: start.elapsed(), errors: errors.join("; ") });
             }
             backoff = sleep_backoff(backoff).await;
         }
@@ -284,7 +287,7 @@ impl Client {
         let mut any = false;
         let mut errors = Vec::new();
         let mut leader = None;
-        for (idx, (endpoint, res)) in self.status_all().await.into_iter().enumerate() {
+        for (idx, (_endpoint, res)) in self.status_all().await.into_iter().enumerate() {
             match res {
                 Ok(s) => {
                     any = true;
@@ -294,7 +297,8 @@ impl Client {
                     }
                     leader = leader.or(s.leader);
                 }
-                Err(e) => errors.push(format!("{endpoint}: {e}")),
+                // The error names the endpoint already.
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if let Some(&idx) = leader.and_then(|l| self.ids.get(&l)) {

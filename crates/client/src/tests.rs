@@ -221,6 +221,7 @@ async fn connect_needs_one_reachable_endpoint() {
     let opts =
         ClientOptions { request_timeout: Duration::from_millis(200), max_retry_time: Duration::from_millis(300) };
     let err = Client::with_options(&[&dead], opts.clone()).await.unwrap_err();
+    assert!(matches!(err, ClientError::NoReplicaReachable { .. }), "{err}");
     assert!(err.to_string().contains(&dead), "{err}");
     assert!(matches!(Client::with_options(&[] as &[&str], opts).await, Err(ClientError::NoEndpoints)));
 }

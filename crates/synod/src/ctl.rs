@@ -98,6 +98,19 @@ async fn run(args: Args) -> ExitCode {
     if let CtlCommand::Status { output } = args.command {
         return status(&endpoints, args.timeout, output).await;
     }
+    // Usage errors before any network wait.
+    if let CtlCommand::Cas { absent, delete, values, .. } = &args.command {
+        let wanted = 2 - usize::from(*absent) - usize::from(*delete);
+        if values.len() != wanted {
+            eprintln!(
+                "error: cas{}{} takes KEY and {wanted} value(s), got {}; see `synod ctl cas --help`",
+                if *absent { " --absent" } else { "" },
+                if *delete { " --delete" } else { "" },
+                values.len()
+            );
+            return ExitCode::from(2);
+        }
+    }
     let mut client = match Client::with_options(&endpoints, opts).await {
         Ok(c) => c,
         Err(e) => return fail(e),
@@ -117,16 +130,6 @@ async fn run(args: Args) -> ExitCode {
             Err(e) => return fail(e),
         },
         CtlCommand::Cas { absent, delete, key, values } => {
-            let wanted = 2 - usize::from(absent) - usize::from(delete);
-            if values.len() != wanted {
-                eprintln!(
-                    "error: cas{}{} takes KEY and {wanted} value(s), got {}; see `synod ctl cas --help`",
-                    if absent { " --absent" } else { "" },
-                    if delete { " --delete" } else { "" },
-                    values.len()
-                );
-                return ExitCode::from(2);
-            }
             let mut values = values.into_iter().map(b);
             let expect = if absent { None } else { values.next() };
             let new = if delete { None } else { values.next() };
