@@ -120,6 +120,7 @@ pub fn timeline(path: &Path, title: &str, rows: &[TimelineRow], markers: &[Marke
         .configure_mesh()
         .x_desc("time since start of measurement (s)")
         .y_desc("throughput (ops/s)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style((FAMILY, 16))
         .axis_desc_style((FAMILY, 18))
         .draw()
@@ -150,7 +151,7 @@ pub fn timeline(path: &Path, title: &str, rows: &[TimelineRow], markers: &[Marke
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(90)
-        .build_cartesian_2d(0.0..t_max, (lo..hi).log_scale())
+        .build_cartesian_2d(0.0..t_max, (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)))
         .map_err(err)?;
     chart
         .configure_mesh()
@@ -219,6 +220,32 @@ where
     Ok(())
 }
 
+/// Tick values for a log axis over `[lo, hi]`: the 1-2-5 sequence, or every 1..9 multiple
+/// when the range spans less than a decade (plotters' own log ticks are decades only, which
+/// leaves a narrow range unlabelled).
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let ticks = |mults: &[f64]| -> Vec<f64> {
+        let mut out = Vec::new();
+        let mut decade = 10f64.powf(lo.log10().floor());
+        while decade <= hi {
+            for m in mults {
+                let v = decade * m;
+                if v >= lo && v <= hi {
+                    out.push(v);
+                }
+            }
+            decade *= 10.0;
+        }
+        out
+    };
+    let coarse = ticks(&[1.0, 2.0, 5.0]);
+    if coarse.len() >= 4 {
+        coarse
+    } else {
+        ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    }
+}
+
 fn format_ms(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
@@ -261,12 +288,13 @@ pub fn cdf(path: &Path, title: &str, series: &[(String, &Histogram<u64>)]) -> an
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d((lo..hi).log_scale(), 0.0..100.0)
+        .build_cartesian_2d((lo..hi).log_scale().with_key_points(log_ticks(lo, hi)), 0.0..100.0)
         .map_err(err)?;
     chart
         .configure_mesh()
         .x_desc("latency (ms, log scale)")
         .y_desc("operations at or below (%)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .x_label_formatter(&|v| format_ms(*v))
         .label_style((FAMILY, 16))
         .axis_desc_style((FAMILY, 18))
@@ -318,11 +346,12 @@ pub fn sweep(path: &Path, title: &str, series: &[(String, Vec<CurvePoint>)]) -> 
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(0.0..upper(x_max), (lo..hi).log_scale())
+        .build_cartesian_2d(0.0..upper(x_max), (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)))
         .map_err(err)?;
     chart
         .configure_mesh()
         .x_desc("throughput (ops/s)")
+        .x_label_formatter(&|v| format!("{v:.0}"))
         .y_desc("latency (ms, log scale)")
         .y_label_formatter(&|v| format_ms(*v))
         .label_style((FAMILY, 16))
@@ -347,11 +376,10 @@ pub fn sweep(path: &Path, title: &str, series: &[(String, Vec<CurvePoint>)]) -> 
         chart.draw_series(p50.iter().map(|p| TriangleMarker::new(*p, 5, c.filled()))).map_err(err)?;
         for p in pts.iter().filter(|p| p.p99_ms > 0.0) {
             chart
-                .draw_series(std::iter::once(Text::new(
-                    p.label.clone(),
-                    (p.throughput, p.p99_ms),
-                    (FAMILY, 14).into_font(),
-                )))
+                .draw_series(std::iter::once(
+                    EmptyElement::at((p.throughput, p.p99_ms))
+                        + Text::new(p.label.clone(), (6, -18), (FAMILY, 14).into_font()),
+                ))
                 .map_err(err)?;
         }
     }
@@ -364,4 +392,46 @@ pub fn sweep(path: &Path, title: &str, series: &[(String, Vec<CurvePoint>)]) -> 
         .draw()
         .map_err(err)?;
     root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{Completion, Recorder};
+    use crate::workload::OpClass;
+    use std::time::Duration;
+
+    #[test]
+    fn log_ticks_label_narrow_and_wide_ranges() {
+        assert_eq!(log_ticks(0.01, 10.0), vec![0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]);
+        let narrow = log_ticks(0.2, 0.9);
+        assert!(narrow.len() >= 4, "{narrow:?}");
+        assert!(narrow.iter().all(|v| (0.2..=0.9).contains(v)));
+    }
+
+    #[test]
+    fn markers_parse() {
+        assert_eq!("12.5=kill leader".parse::<Marker>(), Ok(Marker { t_s: 12.5, label: "kill leader".into() }));
+        assert!("x".parse::<Marker>().unwrap_err().contains("SECONDS=LABEL"));
+        assert!("-1=a".parse::<Marker>().unwrap_err().contains(">= 0"));
+    }
+
+    #[test]
+    fn timeline_and_cdf_pngs_are_written() {
+        let mut r = Recorder::new(Duration::from_secs(1));
+        for i in 0..3000u64 {
+            let class = if i % 2 == 0 { OpClass::Read } else { OpClass::Write };
+            r.record(class, Duration::from_millis(i), Duration::from_micros(100 + i % 700), Completion::Ok);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let markers = vec![Marker { t_s: 1.5, label: "fault".into() }];
+        timeline(&dir.path().join("t.png"), "test", &r.timeline_rows(), &markers).unwrap();
+        let hists = vec![("read".to_string(), &r.classes[0].hist), ("write".to_string(), &r.classes[1].hist)];
+        cdf(&dir.path().join("c.png"), "test", &hists).unwrap();
+        for f in ["t.png", "c.png"] {
+            let png = std::fs::read(dir.path().join(f)).unwrap();
+            assert_eq!(&png[1..4], b"PNG", "{f}");
+            assert!(png.len() > 10_000, "{f} is suspiciously small: {} bytes", png.len());
+        }
+    }
 }
