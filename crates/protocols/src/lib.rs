@@ -31,6 +31,12 @@ pub mod mutants {
             build: crate::raft::build_commit_old_terms,
         },
         ProtocolInfo {
+            name: "raft-no-log-check",
+            description: "Raft granting votes without the up-to-date log check (§5.4.1)",
+            leader_based: true,
+            build: crate::raft::build_no_log_check,
+        },
+        ProtocolInfo {
             name: "multipaxos-early-exec",
             description: "MultiPaxos whose followers execute accepted, not yet chosen, values",
             leader_based: true,

@@ -7,7 +7,11 @@
 //! Outbound: one task per peer drains a bounded queue; all frames queued at the moment are
 //! coalesced into one write, which batches small messages under load without adding latency
 //! when idle. A full queue (slow or dead peer) drops the message and counts it: protocols
-//! tolerate loss, and the node loop must never wait for a peer.
+//! tolerate loss, and the node loop must never wait for a peer. The task also reads its
+//! socket, on which the peer never sends: EOF or an error there means the peer went away, so
+//! the task redials at once instead of losing the next message in a dead socket. And when the
+//! peer dials us (an inbound hello), it has restarted: the task replaces its connection, which
+//! may be stale without our having seen a FIN, before sending anything more.
 //!
 //! Inbound: `PEER_MAGIC`, a `PeerHello` naming the cluster and the sender, then [`PeerFrame`]s.
 //! Anything unexpected closes that one connection with a warning.
@@ -18,13 +22,13 @@ use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use synod_core::wire::{self, PeerHello, PEER_MAGIC};
 use synod_core::{NodeId, Time};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
@@ -52,6 +56,8 @@ const MAX_WRITE_BYTES: usize = 1 << 20;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// An outbound connection lost sooner than this after it was made counts as a failed connect.
+const STABLE_CONNECTION: Duration = Duration::from_secs(1);
 
 /// The node loop's handle on one peer's outbound queue.
 pub struct PeerSender {
@@ -96,6 +102,16 @@ pub fn spawn_outbound(
     PeerSender::new(tx, metrics)
 }
 
+/// Why an established outbound connection ended.
+enum Ended {
+    /// The queue is closed: the node is shutting down.
+    Shutdown,
+    /// The peer dialed us again since we connected, so it restarted and our socket is stale.
+    PeerRestarted,
+    /// The socket failed (EOF, read or write error, or unexpected data from the peer).
+    Lost,
+}
+
 async fn outbound(
     identity: Identity,
     peer: NodeId,
@@ -107,6 +123,7 @@ async fn outbound(
     let mut rng = synod_core::rng_from_seed(seed);
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u64;
+    let mut restarts = restart_signal(&identity.cluster, identity.me, peer).subscribe();
     let hello = wire::frame(&PeerHello { cluster: identity.cluster.clone(), from: identity.me });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
@@ -119,15 +136,12 @@ async fn outbound(
                 if failures == 1 || failures.is_multiple_of(50) {
                     info!(peer, %addr, attempts = failures, "cannot connect to peer: {e}");
                 }
-                let jitter = {
-                    use rand::Rng as _;
-                    Duration::from_micros(rng.gen_range(0..=backoff.as_micros() as u64 / 2))
-                };
-                tokio::time::sleep(backoff + jitter).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                sleep_backoff(&mut backoff, &mut rng).await;
                 continue;
             }
         };
+        // Restarts the peer announced before this connection existed do not concern it.
+        restarts.borrow_and_update();
         let _ = stream.set_nodelay(true);
         buf.clear();
         buf.extend_from_slice(PEER_MAGIC);
@@ -138,30 +152,87 @@ async fn outbound(
             continue;
         }
         info!(peer, %addr, "connected to peer");
-        backoff = BACKOFF_MIN;
         failures = 0;
-        loop {
-            let Some(first) = rx.recv().await else {
-                return; // the node is shutting down
-            };
-            buf.clear();
-            encode_frame(&mut buf, &first, identity.max_frame_bytes, peer);
-            while buf.len() < MAX_WRITE_BYTES {
-                match rx.try_recv() {
-                    Ok(f) => encode_frame(&mut buf, &f, identity.max_frame_bytes, peer),
-                    Err(_) => break,
+        let connected_at = tokio::time::Instant::now();
+        let (mut reader, mut writer) = stream.into_split();
+        let mut probe = [0u8; 64];
+        let ended = loop {
+            tokio::select! {
+                biased;
+                Ok(()) = restarts.changed() => {
+                    info!(peer, %addr, "peer dialed us again (it restarted); replacing our connection to it");
+                    break Ended::PeerRestarted;
+                }
+                // The peer never sends on this connection, so whatever the read yields means
+                // the connection is over. Without this read a dead peer's FIN goes unnoticed
+                // and the next message is written into a dead socket and lost.
+                read = reader.read(&mut probe) => {
+                    match read {
+                        Ok(0) => info!(peer, %addr, "peer closed the connection; reconnecting"),
+                        Ok(n) => warn!(peer, %addr, bytes = n, "unexpected data from peer on an outbound connection; reconnecting"),
+                        Err(e) => warn!(peer, %addr, "peer connection lost: {e}; reconnecting"),
+                    }
+                    break Ended::Lost;
+                }
+                first = rx.recv() => {
+                    let Some(first) = first else {
+                        break Ended::Shutdown;
+                    };
+                    buf.clear();
+                    encode_frame(&mut buf, &first, identity.max_frame_bytes, peer);
+                    while buf.len() < MAX_WRITE_BYTES {
+                        match rx.try_recv() {
+                            Ok(f) => encode_frame(&mut buf, &f, identity.max_frame_bytes, peer),
+                            Err(_) => break,
+                        }
+                    }
+                    if buf.is_empty() {
+                        continue;
+                    }
+                    if let Err(e) = writer.write_all(&buf).await {
+                        warn!(peer, %addr, "peer connection lost: {e}; reconnecting");
+                        break Ended::Lost;
+                    }
+                    metrics.bytes_sent.increment(buf.len() as u64);
                 }
             }
-            if buf.is_empty() {
-                continue;
+        };
+        match ended {
+            Ended::Shutdown => return,
+            // A connection that dies right after it was made (say, the peer rejects our
+            // hello) would otherwise be redialed in a hot loop: back off as for a failed
+            // connect. A connection that lived is redialed at once, so a restarted peer is
+            // reachable again as soon as it listens.
+            Ended::Lost if connected_at.elapsed() < STABLE_CONNECTION => {
+                sleep_backoff(&mut backoff, &mut rng).await;
             }
-            if let Err(e) = stream.write_all(&buf).await {
-                warn!(peer, %addr, "peer connection lost: {e}; reconnecting");
-                break;
-            }
-            metrics.bytes_sent.increment(buf.len() as u64);
+            Ended::Lost | Ended::PeerRestarted => backoff = BACKOFF_MIN,
         }
     }
+}
+
+/// Sleep `backoff` plus up to half of it in jitter, then double it (capped).
+async fn sleep_backoff(backoff: &mut Duration, rng: &mut impl rand::Rng) {
+    let jitter = Duration::from_micros(rng.gen_range(0..=backoff.as_micros() as u64 / 2));
+    tokio::time::sleep(*backoff + jitter).await;
+    *backoff = (*backoff * 2).min(BACKOFF_MAX);
+}
+
+/// Restart announcements for the outbound link (cluster, me, peer): the generation goes up
+/// each time that peer completes a handshake on an inbound connection to `me`.
+///
+/// A peer that dials us again has restarted, and our outbound socket to it may be stale
+/// without any FIN having reached us (its host rebooted, a partition healed); the first
+/// message written there would be lost. The inbound acceptor and the outbound tasks are
+/// wired separately by the caller, so they meet in this process-wide registry instead of
+/// through a handle. Keys are tiny and few (one per link), so entries are never removed. Two
+/// replicas in one process that share cluster name and ids (tests) can see each other's
+/// announcements: that costs one needless reconnect, never a message.
+fn restart_signal(cluster: &str, me: NodeId, peer: NodeId) -> watch::Sender<u64> {
+    type Links = HashMap<(String, NodeId, NodeId), watch::Sender<u64>>;
+    static LINKS: OnceLock<Mutex<Links>> = OnceLock::new();
+    let mut links = LINKS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    links.entry((cluster.to_owned(), me, peer)).or_insert_with(|| watch::channel(0).0).clone()
 }
 
 fn encode_frame(buf: &mut BytesMut, frame: &PeerFrame, max_frame_bytes: usize, peer: NodeId) {
@@ -231,6 +302,7 @@ async fn serve_peer(
         bail!("unknown peer id {from} in the handshake");
     };
     debug!(from, "peer connected");
+    restart_signal(&identity.cluster, identity.me, from).send_modify(|generation| *generation += 1);
     while let Some(frame) = read_frame(&mut stream, &mut buf, identity.max_frame_bytes).await? {
         let f: PeerFrame = wire::decode_payload(&frame).with_context(|| format!("from peer {from}"))?;
         metrics.received.increment(1);
@@ -297,5 +369,78 @@ mod tests {
         // Above the limit: nothing is written.
         encode_frame(&mut buf, &PeerFrame { sent_at: 1, msg: Bytes::from(vec![0u8; 2048]) }, 1024, 2);
         assert!(buf.is_empty());
+    }
+
+    fn test_identity(me: NodeId, cluster: &str) -> Identity {
+        Identity { me, cluster: cluster.to_owned(), max_frame_bytes: 1 << 16 }
+    }
+
+    /// Accept one connection within a generous deadline and check its preamble.
+    async fn accept_hello(listener: &TcpListener) -> TcpStream {
+        let (mut stream, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("the outbound task dials within 5s")
+            .unwrap();
+        read_magic(&mut stream, PEER_MAGIC, "peer").await.unwrap();
+        stream
+    }
+
+    #[tokio::test]
+    async fn an_idle_outbound_connection_closed_by_the_peer_is_redialed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut tasks = JoinSet::new();
+        let _sender = spawn_outbound(&mut tasks, test_identity(1, "redial-on-eof"), 2, addr, 7);
+        // The peer goes away while the link is idle: nothing is queued, nothing is written.
+        drop(accept_hello(&listener).await);
+        // The task notices the EOF by itself and dials again.
+        let mut second = accept_hello(&listener).await;
+        let mut buf = BytesMut::new();
+        let hello = read_frame(&mut second, &mut buf, 1 << 16).await.unwrap().unwrap();
+        assert_eq!(
+            wire::decode_payload::<PeerHello>(&hello).unwrap(),
+            PeerHello { cluster: "redial-on-eof".into(), from: 1 }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_inbound_hello_from_a_peer_replaces_our_connection_to_it() {
+        let cluster = "redial-on-inbound-hello";
+        // Peer 2's listener: it keeps our first connection open, like a stale socket whose
+        // FIN never arrived.
+        let peer_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut tasks = JoinSet::new();
+        let sender = spawn_outbound(&mut tasks, test_identity(1, cluster), 2, peer_listener.local_addr().unwrap(), 7);
+        let mut stale = accept_hello(&peer_listener).await;
+
+        // Our own listener, and peer 2 (restarted) dialing into it.
+        let our_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let our_addr = our_listener.local_addr().unwrap();
+        let members = Arc::new(HashMap::from([(2, PeerMetrics::new(1, 2))]));
+        let (inbox_tx, mut inbox_rx) = mpsc::channel(16);
+        tasks.spawn(accept_peers(our_listener, test_identity(1, cluster), members, inbox_tx));
+        let mut dial_in = TcpStream::connect(our_addr).await.unwrap();
+        let mut preamble = BytesMut::new();
+        preamble.extend_from_slice(PEER_MAGIC);
+        preamble.extend_from_slice(&wire::frame(&PeerHello { cluster: cluster.into(), from: 2 }));
+        let frame = PeerFrame { sent_at: 5, msg: Bytes::from_static(b"ping") };
+        encode_frame(&mut preamble, &frame, 1 << 16, 1);
+        dial_in.write_all(&preamble).await.unwrap();
+        // Once this message is through, the hello has been handled.
+        let got = tokio::time::timeout(Duration::from_secs(5), inbox_rx.recv()).await.unwrap().unwrap();
+        assert_eq!((got.from, got.msg), (2, frame.msg.clone()));
+
+        // Our outbound task drops the stale connection and dials again; the next message goes
+        // on the new one.
+        let mut fresh = accept_hello(&peer_listener).await;
+        let mut buf = BytesMut::new();
+        read_frame(&mut fresh, &mut buf, 1 << 16).await.unwrap().unwrap(); // hello
+        sender.send(frame.clone());
+        let sent = read_frame(&mut fresh, &mut buf, 1 << 16).await.unwrap().unwrap();
+        assert_eq!(wire::decode_payload::<PeerFrame>(&sent).unwrap(), frame);
+        // The stale connection was closed after its hello, with nothing else on it.
+        let mut stale_buf = BytesMut::new();
+        read_frame(&mut stale, &mut stale_buf, 1 << 16).await.unwrap().unwrap(); // hello
+        assert!(read_frame(&mut stale, &mut stale_buf, 1 << 16).await.unwrap().is_none());
     }
 }

@@ -27,6 +27,12 @@ enum Command {
     Local(local::Args),
     /// Talk to a cluster: put, get, del, cas, scan, status.
     Ctl(ctl::Args),
+    /// Run seeded fault schedules in the deterministic simulator and check linearizability.
+    Check(synod_sim::cli::CheckArgs),
+    /// Load generator: YCSB workloads against synod, Redis or etcd, HDR percentiles and plots.
+    Bench(Box<synod_bench::cli::BenchArgs>),
+    /// List the registered protocols.
+    Protocols,
 }
 
 fn main() -> ExitCode {
@@ -35,5 +41,30 @@ fn main() -> ExitCode {
         Command::Server(args) => server::main(args),
         Command::Local(args) => local::main(args),
         Command::Ctl(args) => ctl::main(args),
+        Command::Check(args) => ExitCode::from(synod_sim::cli::run_check(&args).clamp(0, 255) as u8),
+        Command::Bench(args) => bench(*args),
+        Command::Protocols => {
+            for p in synod_protocols::registry::all() {
+                println!("{:<12} {}", p.name, p.description);
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn bench(args: synod_bench::cli::BenchArgs) -> ExitCode {
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(synod_bench::cli::run_bench(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -59,11 +59,20 @@ pub fn build_plus(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
 }
 
 /// Deliberate bug for the mutation test: commit entries of earlier terms by counting replicas
-/// (the Figure 8 scenario of the paper).
+/// (the Figure 8 scenario of the paper; a scripted test shows it losing a committed entry).
 #[cfg(feature = "mutants")]
 pub fn build_commit_old_terms(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
     let mut r = Raft::new(setup, "raft-commit-old-terms", true)?;
     r.commit_old_terms = true;
+    Ok(Box::new(r))
+}
+
+/// Deliberate bug for the mutation test: grant votes without the up-to-date log check
+/// (§5.4.1), so a leader missing committed entries can be elected and overwrite them.
+#[cfg(feature = "mutants")]
+pub fn build_no_log_check(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    let mut r = Raft::new(setup, "raft-no-log-check", false)?;
+    r.skip_log_check = true;
     Ok(Box::new(r))
 }
 
@@ -77,6 +86,12 @@ struct Progress {
     last_sent: Time,
     /// Bytes of the snapshot the follower acknowledged, while it is being sent one.
     snapshot_offset: Option<u64>,
+    /// After a rejection the leader probes with one message at a time until the follower's
+    /// log matches (etcd's probe state); pipelining resumes after a success. Without this,
+    /// every rejection of a pipelined window triggers a new window and messages multiply.
+    probing: bool,
+    /// `prev_index` of the outstanding probe; rejections of anything else are stale.
+    probe_prev: u64,
 }
 
 pub struct Raft {
@@ -87,6 +102,7 @@ pub struct Raft {
     prevote: bool,
     check_quorum: bool,
     commit_old_terms: bool,
+    skip_log_check: bool,
     policy: SnapshotPolicy,
 
     // Persistent state (Fig. 2).
@@ -134,6 +150,7 @@ impl Raft {
             prevote: p.flag("prevote", plus)?,
             check_quorum: p.flag("check_quorum", plus)?,
             commit_old_terms: false,
+            skip_log_check: false,
             policy: SnapshotPolicy::from_params(p),
             term: 0,
             voted_for: None,
@@ -250,7 +267,7 @@ impl Raft {
 
     /// Whether a candidate's log is at least as up-to-date as ours (§5.4.1).
     fn log_ok(&self, last_index: u64, last_term: u64) -> bool {
-        (last_term, last_index) >= (self.last_term(), self.last_index())
+        self.skip_log_check || (last_term, last_index) >= (self.last_term(), self.last_index())
     }
 
     /// CheckQuorum's leader stickiness: we heard from a live leader within the minimum
@@ -354,6 +371,8 @@ impl Raft {
                         last_heard: ctx.now,
                         last_sent: Time::ZERO,
                         snapshot_offset: None,
+                        probing: true,
+                        probe_prev: next - 1,
                     },
                 )
             })
@@ -452,17 +471,21 @@ impl Raft {
         let last = self.last_index();
         let first = self.log.first_index();
         let Some(pr) = self.progress.get(&to).cloned() else { return };
-        if pr.next < first {
+        // The entry before `next` was compacted away (its term is unknown): only a snapshot
+        // can bring this follower forward.
+        if pr.next < first || self.term_at(pr.next - 1).is_none() {
             self.send_snapshot_chunk(ctx, to);
             return;
         }
         let mut pr = pr;
         let mut sent = false;
-        while pr.next <= last && pr.in_flight < self.params.pipeline_window {
+        let window = if pr.probing { 1 } else { self.params.pipeline_window };
+        while pr.next <= last && pr.in_flight < window {
             let to_index = last.min(pr.next + self.params.catchup_chunk as u64 - 1);
             let entries: Vec<Entry> = self.log.range(pr.next, to_index).map(|(_, s)| s.value.clone()).collect();
             let prev_index = pr.next - 1;
             let prev_term = self.term_at(prev_index).unwrap_or(0);
+            pr.probe_prev = prev_index;
             ctx.send(to, &Msg::Append { term: self.term, prev_index, prev_term, entries, commit: self.commit });
             pr.next = to_index + 1;
             pr.in_flight += 1;
@@ -491,9 +514,15 @@ impl Raft {
         // again from its match index.
         let stale = self.params.heartbeat() * 2;
         for pr in self.progress.values_mut() {
-            if pr.in_flight > 0 && ctx.now.since(pr.last_heard) >= stale && ctx.now.since(pr.last_sent) >= stale {
+            if pr.probing && pr.snapshot_offset.is_none() {
+                // Re-send the probe every heartbeat: it or its answer may have been lost.
+                pr.next = pr.probe_prev + 1;
+                pr.in_flight = 0;
+            } else if pr.in_flight > 0 && ctx.now.since(pr.last_heard) >= stale && ctx.now.since(pr.last_sent) >= stale
+            {
                 pr.in_flight = 0;
                 pr.next = pr.matched + 1;
+                pr.probing = true;
             }
         }
         let peers: Vec<NodeId> = self.peers().collect();
@@ -506,7 +535,7 @@ impl Raft {
 
     fn on_append(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: AppendArgs) {
         if m.term < self.term {
-            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0 });
+            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0, prev: 0 });
             return;
         }
         if m.term > self.term || self.role != Role::Follower || self.leader != Some(from) {
@@ -518,7 +547,10 @@ impl Raft {
         // Consistency check (§5.3). Entries up to our commit index are known to match.
         let base = self.commit.max(self.snapshot.as_ref().map_or(0, |s| s.index));
         if m.prev_index > self.last_index() {
-            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: self.last_index() + 1 });
+            ctx.send(
+                from,
+                &Msg::AppendResp { term: self.term, success: false, index: self.last_index() + 1, prev: m.prev_index },
+            );
             return;
         }
         if m.prev_index >= base {
@@ -529,7 +561,10 @@ impl Raft {
                     while hint > base + 1 && self.term_at(hint - 1) == Some(t) {
                         hint -= 1;
                     }
-                    ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: hint });
+                    ctx.send(
+                        from,
+                        &Msg::AppendResp { term: self.term, success: false, index: hint, prev: m.prev_index },
+                    );
                     return;
                 }
             }
@@ -565,10 +600,10 @@ impl Raft {
         if new_commit > self.commit {
             self.advance_commit(ctx, new_commit);
         }
-        ctx.send(from, &Msg::AppendResp { term: self.term, success: true, index: matched });
+        ctx.send(from, &Msg::AppendResp { term: self.term, success: true, index: matched, prev: m.prev_index });
     }
 
-    fn on_append_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, success: bool, index: u64) {
+    fn on_append_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, success: bool, index: u64, prev: u64) {
         if term > self.term {
             self.become_follower(ctx, term, None);
             return;
@@ -578,19 +613,23 @@ impl Raft {
         }
         let Some(pr) = self.progress.get_mut(&from) else { return };
         pr.last_heard = ctx.now;
-        pr.in_flight = pr.in_flight.saturating_sub(1);
         if success {
+            pr.in_flight = pr.in_flight.saturating_sub(1);
+            pr.probing = false;
             if index > pr.matched {
                 pr.matched = index;
             }
             pr.next = pr.next.max(pr.matched + 1);
             self.maybe_commit(ctx);
-        } else if index > pr.matched && index < pr.next {
-            // Back up (stale rejections, with a hint at or past `next`, are ignored).
-            pr.next = index.max(pr.matched + 1);
+        } else {
+            // Stale rejections (of an earlier window, or below what already matched) change
+            // nothing; a fresh one backs up by the follower's hint and starts probing.
+            if prev < pr.matched || (pr.probing && prev != pr.probe_prev) || index == 0 {
+                return;
+            }
+            pr.next = index.min(prev).max(pr.matched + 1);
             pr.in_flight = 0;
-        } else if index == 0 {
-            return;
+            pr.probing = true;
         }
         self.send_to(ctx, from, false);
     }
@@ -713,7 +752,7 @@ impl Raft {
 
     fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotArgs) {
         if m.term < self.term {
-            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0 });
+            ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0, prev: 0 });
             return;
         }
         if m.term > self.term || self.role != Role::Follower || self.leader != Some(from) {
@@ -755,6 +794,7 @@ impl Raft {
         pr.in_flight = 0;
         if done {
             pr.snapshot_offset = None;
+            pr.probing = false;
             pr.matched = pr.matched.max(index);
             pr.next = pr.matched + 1;
             self.maybe_commit(ctx);
@@ -852,7 +892,9 @@ impl Protocol for Raft {
                     Msg::Append { term, prev_index, prev_term, entries, commit } => {
                         self.on_append(ctx, from, AppendArgs { term, prev_index, prev_term, entries, commit })
                     }
-                    Msg::AppendResp { term, success, index } => self.on_append_resp(ctx, from, term, success, index),
+                    Msg::AppendResp { term, success, index, prev } => {
+                        self.on_append_resp(ctx, from, term, success, index, prev)
+                    }
                     Msg::Snapshot { term, index, snap_term, offset, total, data } => {
                         self.on_snapshot(ctx, from, SnapshotArgs { term, index, snap_term, offset, total, data })
                     }

@@ -43,6 +43,8 @@ pub enum Msg {
         term: u64,
         success: bool,
         index: u64,
+        /// The `prev_index` of the request answered (lets the leader ignore stale rejections).
+        prev: u64,
     },
     /// One chunk of a snapshot for a follower whose next entry was compacted away.
     Snapshot {

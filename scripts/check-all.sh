@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Simulation sweep over every registered protocol: seeded fault schedules with the
+# linearizability and agreement checkers. Sized for CI (a few minutes on 2 cores).
+# Longer soak for developers: SEEDS=100000 bash scripts/check-all.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS=${SEEDS:-2000}
+SEEDS5=${SEEDS5:-$((SEEDS / 4))}
+bin=target/release/synod
+[ -x "$bin" ] || cargo build --release -p synod
+status=0
+for p in $("$bin" protocols | awk '{print $1}'); do
+  echo "== $p: $SEEDS seeds, 3 replicas, all faults"
+  "$bin" check --protocol "$p" --seeds "$SEEDS" --faults all || status=1
+  echo "== $p: $SEEDS5 seeds, 5 replicas, all faults"
+  "$bin" check --protocol "$p" --seeds "$SEEDS5" --replicas 5 --start-seed 1000000 --faults all || status=1
+done
+exit $status
