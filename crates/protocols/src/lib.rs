@@ -25,12 +25,6 @@ pub mod mutants {
             build: crate::multipaxos::mutants::build_bad_quorum,
         },
         ProtocolInfo {
-            name: "raft-commit-old-terms",
-            description: "Raft committing earlier-term entries by counting replicas (paper Fig. 8)",
-            leader_based: true,
-            build: crate::raft::build_commit_old_terms,
-        },
-        ProtocolInfo {
             name: "raft-no-log-check",
             description: "Raft granting votes without the up-to-date log check (§5.4.1)",
             leader_based: true,

@@ -58,15 +58,6 @@ pub fn build_plus(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
     Ok(Box::new(Raft::new(setup, "raft+", true)?))
 }
 
-/// Deliberate bug for the mutation test: commit entries of earlier terms by counting replicas
-/// (the Figure 8 scenario of the paper; a scripted test shows it losing a committed entry).
-#[cfg(feature = "mutants")]
-pub fn build_commit_old_terms(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
-    let mut r = Raft::new(setup, "raft-commit-old-terms", true)?;
-    r.commit_old_terms = true;
-    Ok(Box::new(r))
-}
-
 /// Deliberate bug for the mutation test: grant votes without the up-to-date log check
 /// (§5.4.1), so a leader missing committed entries can be elected and overwrite them.
 #[cfg(feature = "mutants")]
@@ -101,7 +92,6 @@ pub struct Raft {
     params: ProtocolParams,
     prevote: bool,
     check_quorum: bool,
-    commit_old_terms: bool,
     skip_log_check: bool,
     policy: SnapshotPolicy,
 
@@ -149,7 +139,6 @@ impl Raft {
             params: p.clone(),
             prevote: p.flag("prevote", plus)?,
             check_quorum: p.flag("check_quorum", plus)?,
-            commit_old_terms: false,
             skip_log_check: false,
             policy: SnapshotPolicy::from_params(p),
             term: 0,
@@ -647,7 +636,7 @@ impl Raft {
         matches.sort_unstable_by(|a, b| b.cmp(a));
         let n = matches[self.quorum() - 1];
         // Only entries of the current term commit by counting replicas (§5.4.2).
-        if n > self.commit && (self.commit_old_terms || self.term_at(n) == Some(self.term)) {
+        if n > self.commit && self.term_at(n) == Some(self.term) {
             self.advance_commit(ctx, n);
             self.propose_queued(ctx);
         }
