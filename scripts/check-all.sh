@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-2000}
 SEEDS5=${SEEDS5:-$((SEEDS / 4))}
-bin=target/release/synod
+bin="${CARGO_TARGET_DIR:-target}/release/synod"
 [ -x "$bin" ] || cargo build --release -p synod
 status=0
 for p in $("$bin" protocols | awk '{print $1}'); do
