@@ -64,6 +64,14 @@ pub struct NodeMetrics {
     pub commit_index: Gauge,
     pub execute_index: Gauge,
     pub queued_requests: Gauge,
+    /// Snapshots of the state machine taken, how long each took (the pause of the node
+    /// loop, which HoliPaxos's comparison with periodic snapshots is about) and their size.
+    pub snapshots: Counter,
+    pub snapshot_seconds: metrics::Histogram,
+    pub snapshot_bytes: Gauge,
+    /// Bytes of keys and values held by the state machine, and the protocol's log length.
+    pub state_bytes: Gauge,
+    pub log_len: Gauge,
     last_role: Option<Role>,
 }
 
@@ -86,6 +94,11 @@ impl NodeMetrics {
             commit_index: g("synod_commit_index"),
             execute_index: g("synod_execute_index"),
             queued_requests: g("synod_queued_requests"),
+            snapshots: c("synod_snapshots_total"),
+            snapshot_seconds: metrics::histogram!("synod_snapshot_duration_seconds", "node" => n.clone()),
+            snapshot_bytes: g("synod_snapshot_bytes"),
+            state_bytes: g("synod_state_machine_bytes"),
+            log_len: g("synod_log_entries"),
             last_role: None,
             node: n,
         }
@@ -95,6 +108,9 @@ impl NodeMetrics {
     pub fn observe_status(&mut self, status: &Status) {
         self.commit_index.set(status.commit_index as f64);
         self.execute_index.set(status.execute_index as f64);
+        if let Some(len) = status.extra.get("log_len").and_then(|l| l.parse::<f64>().ok()) {
+            self.log_len.set(len);
+        }
         if self.last_role == Some(status.role) {
             return;
         }

@@ -256,7 +256,11 @@ impl Driver {
             Action::SetTimer { timer, after } => self.timers.set(timer, Instant::now() + after),
             Action::CancelTimer { timer } => self.timers.cancel(timer),
             Action::TakeSnapshot { token } => {
+                let started = Instant::now();
                 let data = Bytes::from(self.sm.snapshot());
+                self.metrics.snapshots.increment(1);
+                self.metrics.snapshot_seconds.record(started.elapsed().as_secs_f64());
+                self.metrics.snapshot_bytes.set(data.len() as f64);
                 self.internal.push_back(Event::SnapshotTaken { token, data });
             }
             Action::InstallSnapshot { data } => match StateMachine::restore(&data) {
@@ -290,6 +294,7 @@ impl Driver {
         self.internal.extend(turn.tokens.into_iter().map(|token| Event::Persisted { token }));
         let status = self.protocol.status();
         self.metrics.observe_status(&status);
+        self.metrics.state_bytes.set(self.sm.kv().size_bytes() as f64);
         self.status.send_replace(status);
         Ok(())
     }

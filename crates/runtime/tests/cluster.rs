@@ -8,8 +8,13 @@ use std::time::Duration;
 use synod_core::{ReplyBody, Role};
 use synod_wal::FsyncMode;
 
+/// The metrics recorder is process-wide and both tests run clusters with node ids 1..3, so
+/// they would overwrite each other's per-node gauges: run them one at a time.
+static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_serve_and_survive_a_full_restart() {
+    let _one_cluster_at_a_time = CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let configs = cluster_configs(3, "multipaxos", Some(dir.path()), FsyncMode::Always);
     let client_addrs: Vec<_> = configs.iter().map(|c| c.me().client_addr).collect();
@@ -83,6 +88,7 @@ async fn three_replicas_serve_and_survive_a_full_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_follower_does_not_stall_the_cluster_and_catches_up() {
+    let _one_cluster_at_a_time = CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let configs = cluster_configs(3, "multipaxos", Some(dir.path()), FsyncMode::Never);
     let client_addrs: Vec<_> = configs.iter().map(|c| c.me().client_addr).collect();
