@@ -4,7 +4,7 @@
 # Longer soak for developers: SEEDS=100000 bash scripts/check-all.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SEEDS=${SEEDS:-2000}
+SEEDS=${SEEDS:-5000}
 SEEDS5=${SEEDS5:-$((SEEDS / 4))}
 bin="${CARGO_TARGET_DIR:-target}/release/synod"
 [ -x "$bin" ] || cargo build --release -p synod
