@@ -219,6 +219,12 @@ impl<'a> Ctx<'a> {
         self.actions.push(Action::Reply { client, reply });
     }
 
+    /// Answer `client` about `cmd` (its session ids are copied into the reply).
+    pub fn answer(&mut self, client: ClientRef, cmd: &Command, body: ReplyBody) {
+        let reply = Reply { client: cmd.client, seq: cmd.seq, from: self.id, body };
+        self.actions.push(Action::Reply { client, reply });
+    }
+
     pub fn apply(&mut self, pos: Pos, cmd: Command, reply: Option<ClientRef>) {
         self.actions.push(Action::Apply { pos, cmd, reply });
     }

@@ -33,8 +33,8 @@ use synod_core::log::{InstanceLog, SlotState};
 use synod_core::protocol::{decode, encode};
 use synod_core::quorum::{majority, QuorumTracker};
 use synod_core::{
-    Action, Ballot, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, Reply, ReplyBody, Role,
-    Status, Time, TimerId,
+    Action, Ballot, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, ReplyBody, Role, Status,
+    Time, TimerId,
 };
 
 const TIMER_ELECTION: TimerId = 1;
@@ -314,10 +314,7 @@ impl MultiPaxos {
 
     fn redirect(&self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: &Command) {
         let leader = self.leader.filter(|l| *l != self.id);
-        ctx.reply(
-            client,
-            Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::NotLeader { leader } },
-        );
+        ctx.answer(client, cmd, ReplyBody::NotLeader { leader });
     }
 
     fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
@@ -616,17 +613,8 @@ impl Protocol for MultiPaxos {
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
         if self.broken.is_some() {
             if let Event::Request { client, cmd } = event {
-                ctx.reply(
-                    client,
-                    Reply {
-                        client: cmd.client,
-                        seq: cmd.seq,
-                        from: self.id,
-                        body: ReplyBody::Rejected {
-                            reason: "replica is passive: its durable state is unreadable".into(),
-                        },
-                    },
-                );
+                let reason = "replica is passive: its durable state is unreadable".to_string();
+                ctx.answer(client, &cmd, ReplyBody::Rejected { reason });
             }
             return;
         }

@@ -39,8 +39,8 @@ use synod_core::protocol::{decode, encode};
 use synod_core::quorum::{majority, QuorumTracker};
 use synod_core::snapshot::{chunk, ChunkAssembler, Snapshot, SnapshotPolicy};
 use synod_core::{
-    Action, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, Reply, ReplyBody, Role, Status,
-    Time, TimerId,
+    Action, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, ReplyBody, Role, Status, Time,
+    TimerId,
 };
 
 const TIMER_ELECTION: TimerId = 1;
@@ -393,10 +393,7 @@ impl Raft {
 
     fn redirect(&self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: &Command) {
         let leader = self.leader.filter(|l| *l != self.id);
-        ctx.reply(
-            client,
-            Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::NotLeader { leader } },
-        );
+        ctx.answer(client, cmd, ReplyBody::NotLeader { leader });
     }
 
     fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
@@ -860,10 +857,7 @@ impl Protocol for Raft {
         if self.broken.is_some() {
             if let Event::Request { client, cmd } = event {
                 let reason = "replica is passive: its durable state is unreadable".to_string();
-                ctx.reply(
-                    client,
-                    Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::Rejected { reason } },
-                );
+                ctx.answer(client, &cmd, ReplyBody::Rejected { reason });
             }
             return;
         }
