@@ -172,7 +172,7 @@ impl Client {
     pub async fn execute(&mut self, op: Op) -> Result<OpResult, ClientError> {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let cmd = Command { client: self.client_id, seq, acked_below: self.acked_below, op };
+        let cmd = Command { client: self.client_id, seq, acked_below: self.acked_below, now_ms: 0, op };
         let result = self.execute_command(&cmd).await;
         // Final answer or given up: either way this seq is never sent again, so the state
         // machine may forget its result (see `acked_below`).

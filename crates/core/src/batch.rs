@@ -98,6 +98,7 @@ mod tests {
             client: 1,
             seq,
             acked_below: 0,
+            now_ms: 0,
             op: Op::Put { key: Bytes::from_static(b"k"), value: Bytes::from(vec![0u8; n]) },
         }
     }

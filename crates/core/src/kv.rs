@@ -317,13 +317,19 @@ pub struct Command {
     /// Every request of this session with a sequence number below this has received its
     /// reply: the state machine may forget their results (Raft thesis §6.3).
     pub acked_below: u64,
+    /// Wall-clock time (ms since the Unix epoch) stamped by the replica that received the
+    /// request from the client, overwriting whatever the client sent (client clocks are not
+    /// trusted). It becomes part of the logged command, so every replica advances its state
+    /// machine clock identically when it applies the command; expiry (EX/PX) is decided
+    /// against that clock. 0 = unstamped (internal commands): the clock does not move.
+    pub now_ms: u64,
     pub op: Op,
 }
 
 impl Command {
     /// A no-op command outside any session (client 0).
     pub fn noop() -> Command {
-        Command { client: 0, seq: 0, acked_below: 0, op: Op::Noop }
+        Command { client: 0, seq: 0, acked_below: 0, now_ms: 0, op: Op::Noop }
     }
 }
 

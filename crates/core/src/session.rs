@@ -100,6 +100,9 @@ impl StateMachine {
     /// Client 0 is "no session" (no-ops, internal commands): always applied.
     pub fn apply(&mut self, cmd: &Command) -> Applied {
         self.applied += 1;
+        // The state machine's clock only moves forward: a command stamped by a replica whose
+        // clock lags behind does not turn time back.
+        self.clock_ms = self.clock_ms.max(cmd.now_ms);
         if cmd.client == 0 {
             return Applied::Fresh(self.kv.apply(&cmd.op, self.clock_ms));
         }
@@ -180,8 +183,43 @@ mod tests {
             client,
             seq,
             acked_below,
+            now_ms: 0,
             op: Op::Put { key: Bytes::from_static(b"k"), value: Bytes::copy_from_slice(v.as_bytes()) },
         }
+    }
+
+    #[test]
+    fn expiry_follows_the_clock_stamped_on_commands() {
+        let mut sm = StateMachine::new();
+        let set = Command {
+            client: 1,
+            seq: 1,
+            acked_below: 1,
+            now_ms: 1_000,
+            op: Op::Set {
+                key: Bytes::from_static(b"k"),
+                value: Bytes::from_static(b"v"),
+                cond: crate::kv::SetCond::Always,
+                expire_at_ms: Some(1_500),
+                keep_ttl: false,
+                get: false,
+            },
+        };
+        sm.apply(&set);
+        let get = |seq: u64, now_ms: u64| Command {
+            client: 1,
+            seq,
+            acked_below: seq,
+            now_ms,
+            op: Op::Get { key: Bytes::from_static(b"k") },
+        };
+        assert_eq!(sm.apply(&get(2, 1_400)).result(), OpResult::Value(Some(Bytes::from_static(b"v"))));
+        // A replica with a lagging clock cannot turn the state machine's time back...
+        assert_eq!(sm.apply(&get(3, 900)).result(), OpResult::Value(Some(Bytes::from_static(b"v"))));
+        assert_eq!(sm.clock_ms(), 1_400);
+        // ...and once a command stamped past the deadline applies, the key is gone everywhere.
+        assert_eq!(sm.apply(&get(4, 1_500)).result(), OpResult::Value(None));
+        assert_eq!(sm.apply(&get(5, 0)).result(), OpResult::Value(None));
     }
 
     #[test]

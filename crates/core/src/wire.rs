@@ -93,6 +93,7 @@ mod tests {
             client: 1,
             seq: 2,
             acked_below: 1,
+            now_ms: 0,
             op: Op::Get { key: Bytes::from_static(b"k") },
         });
         let f = frame(&m);

@@ -101,6 +101,7 @@ async fn main() {
                     client: c + 1,
                     seq,
                     acked_below: seq,
+                    now_ms: 0,
                     op: Op::Put { key, value: Bytes::from(vec![b'v'; 100]) },
                 };
                 let t = Instant::now();

@@ -193,7 +193,10 @@ impl Driver {
             ClientInput::Closed { conn } => {
                 self.clients.remove(&conn);
             }
-            ClientInput::Request { conn, cmd } => {
+            ClientInput::Request { conn, mut cmd } => {
+                // Stamp this replica's wall clock (see `Command::now_ms`): expiry decisions
+                // then travel through the log and every replica decides them the same way.
+                cmd.now_ms = self.clock.now().as_nanos() / 1_000_000;
                 events.push(Event::Request { client: ClientRef { node: self.id, conn }, cmd })
             }
         }
@@ -489,6 +492,7 @@ mod tests {
             client: 77,
             seq: 1,
             acked_below: 1,
+            now_ms: 0,
             op: Op::Put { key: Bytes::from_static(b"k"), value: Bytes::from_static(b"v") },
         };
         let req = |cmd: &Command| Event::Request { client: ClientRef { node: 1, conn: 5 }, cmd: cmd.clone() };

@@ -43,7 +43,7 @@ async fn three_replicas_serve_and_survive_a_full_restart() {
     // A follower answers a request with a redirect to that leader.
     let follower = configs.iter().find(|c| c.id != leader).unwrap();
     let mut raw = common::RawClient::connect(follower.me().client_addr).await;
-    let cmd = synod_core::Command { client: 99, seq: 1, acked_below: 1, op: synod_core::Op::Noop };
+    let cmd = synod_core::Command { client: 99, seq: 1, acked_below: 1, now_ms: 0, op: synod_core::Op::Noop };
     let reply = raw.request(cmd, Duration::from_secs(5)).await.expect("follower answers");
     assert_eq!(reply.body, ReplyBody::NotLeader { leader: Some(leader) });
     assert_eq!(reply.from, follower.id);

@@ -114,6 +114,7 @@ async fn solo_replica_persists_applies_replies_and_recovers() {
         client: 8,
         seq: 1,
         acked_below: 1,
+        now_ms: 0,
         op: Op::Put { key: Bytes::from_static(b"c"), value: Bytes::from(vec![b'x'; 17]) },
     };
     let reply: Reply = raw.request(big, Duration::from_secs(5)).await.unwrap();

@@ -709,10 +709,12 @@ impl<'a> Sim<'a> {
                     self.on_replica_event(node, Event::SnapshotTaken { token, data });
                 }
             }
-            Ev::Request { node, client, cmd } => {
+            Ev::Request { node, client, mut cmd } => {
                 if self.replicas[node].proto.is_none() {
                     return;
                 }
+                // The receiving replica stamps its (possibly skewed) clock, as the runtime does.
+                cmd.now_ms = self.replicas[node].local_time(self.now).as_nanos() / 1_000_000;
                 let id = self.replicas[node].id;
                 self.log(&format!("n{id}"), || format!("<- c{client} request seq={} {:?}", cmd.seq, cmd.op));
                 self.on_replica_event(
@@ -1161,7 +1163,7 @@ impl<'a> Sim<'a> {
         };
         // One operation outstanding per session: every earlier request has its answer (or
         // was abandoned), so the state machine may forget all results below `seq`.
-        let cmd = Command { client: c.session, seq, acked_below: seq, op };
+        let cmd = Command { client: c.session, seq, acked_below: seq, now_ms: 0, op };
         let target =
             if self.cfg.protocol.leader_based { c.leader_guess } else { c.rng.gen_range(0..self.replicas.len()) };
         let hist = self.history.len();

@@ -163,7 +163,7 @@ impl Session {
     pub async fn execute(&mut self, op: Op) -> OpResult {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let cmd = Command { client: self.id, seq, acked_below: seq, op };
+        let cmd = Command { client: self.id, seq, acked_below: seq, now_ms: 0, op };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if self.conn.is_none() {
