@@ -138,6 +138,18 @@ pub enum Op {
     },
     /// Number of keys (DBSIZE).
     DbSize,
+    /// Redis SET with a relative expiry (EX/PX, SETEX/PSETEX): [`Op::Set`] with `expire_at_ms`
+    /// = the state machine's clock when the command is applied + `ttl_ms`. Relative rather
+    /// than absolute so that the expiry is computed from the very clock that later decides it
+    /// (the replicated `Command::now_ms` stamps), whichever replica received the command and
+    /// however far the front end's clock is from the leader's.
+    SetWithTtl {
+        key: Bytes,
+        value: Bytes,
+        cond: SetCond,
+        ttl_ms: u64,
+        get: bool,
+    },
 }
 
 /// What an operation touches, for interference checks.
@@ -161,6 +173,7 @@ impl Op {
                 | Op::Delete { .. }
                 | Op::Cas { .. }
                 | Op::Set { .. }
+                | Op::SetWithTtl { .. }
                 | Op::MultiPut { .. }
                 | Op::MultiDelete { .. }
                 | Op::IncrBy { .. }
@@ -178,6 +191,7 @@ impl Op {
             | Op::Delete { key }
             | Op::Cas { key, .. }
             | Op::Set { key, .. }
+            | Op::SetWithTtl { key, .. }
             | Op::IncrBy { key, .. }
             | Op::Append { key, .. }
             | Op::Strlen { key }
@@ -234,6 +248,7 @@ impl Op {
             | Op::Delete { key }
             | Op::Cas { key, .. }
             | Op::Set { key, .. }
+            | Op::SetWithTtl { key, .. }
             | Op::IncrBy { key, .. }
             | Op::Append { key, .. }
             | Op::Strlen { key }
@@ -267,7 +282,9 @@ impl Op {
 
     fn for_each_value(&self, mut f: impl FnMut(&Bytes)) {
         match self {
-            Op::Put { value, .. } | Op::Set { value, .. } | Op::Append { value, .. } => f(value),
+            Op::Put { value, .. } | Op::Set { value, .. } | Op::SetWithTtl { value, .. } | Op::Append { value, .. } => {
+                f(value)
+            }
             Op::Cas { expect, new, .. } => {
                 expect.iter().for_each(&mut f);
                 new.iter().for_each(f);
@@ -475,6 +492,17 @@ impl KvStore {
     /// (operation, time) gives the same results and state on every replica.
     pub fn apply(&mut self, op: &Op, now_ms: u64) -> OpResult {
         self.purge_expired(now_ms);
+        if let Op::SetWithTtl { key, value, cond, ttl_ms, get } = op {
+            let absolute = Op::Set {
+                key: key.clone(),
+                value: value.clone(),
+                cond: *cond,
+                expire_at_ms: Some(now_ms.saturating_add(*ttl_ms)),
+                keep_ttl: false,
+                get: *get,
+            };
+            return self.apply(&absolute, now_ms);
+        }
         match self.apply_inner(op) {
             Ok(r) | Err(r) => r,
         }
@@ -860,6 +888,23 @@ mod tests {
         kv.apply(&set("t", "x", SetCond::Always, Some(700), false), 600);
         kv.apply(&Op::Put { key: b("t"), value: b("z") }, 600);
         assert_eq!(kv.apply(&Op::Get { key: b("t") }, 10_000), OpResult::Value(Some(b("z"))));
+    }
+
+    #[test]
+    fn relative_ttl_counts_from_the_apply_clock() {
+        let mut kv = KvStore::new();
+        let op = Op::SetWithTtl { key: b("k"), value: b("v"), cond: SetCond::Always, ttl_ms: 100, get: false };
+        assert_eq!(kv.apply(&op, 1_000), OpResult::Applied(true));
+        assert_eq!(kv.apply(&Op::Get { key: b("k") }, 1_099), OpResult::Value(Some(b("v"))));
+        assert_eq!(kv.apply(&Op::Get { key: b("k") }, 1_100), OpResult::Value(None));
+        // NX with GET on an absent key: nothing old, written, then gone after the TTL.
+        let nx = Op::SetWithTtl { key: b("k"), value: b("w"), cond: SetCond::IfAbsent, ttl_ms: 5, get: true };
+        assert_eq!(kv.apply(&nx, 2_000), OpResult::Value(None));
+        assert_eq!(kv.apply(&Op::Get { key: b("k") }, 2_004), OpResult::Value(Some(b("w"))));
+        assert_eq!(kv.apply(&Op::Get { key: b("k") }, 2_005), OpResult::Value(None));
+        assert!(op.is_write());
+        assert_eq!(op.footprint(), Footprint::Keys(vec![&b"k"[..]]));
+        assert_eq!(op.size(), 2);
     }
 
     #[test]
