@@ -8,6 +8,7 @@
 //! which keeps the table small even when a client pipelines requests.
 
 use crate::kv::{Command, KvStore, OpResult};
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -53,7 +54,8 @@ impl Applied {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateMachine {
     kv: KvStore,
-    sessions: BTreeMap<u64, Session>,
+    /// Persistent map, like the KV store's, so snapshots clone in O(1).
+    sessions: OrdMap<u64, Session>,
     /// Commands applied (including duplicates and no-ops); a logical clock for eviction.
     applied: u64,
     /// The state machine's wall clock (ms): the highest time stamped on an applied command.
@@ -76,7 +78,7 @@ impl StateMachine {
     pub fn with_max_sessions(max_sessions: usize) -> Self {
         StateMachine {
             kv: KvStore::new(),
-            sessions: BTreeMap::new(),
+            sessions: OrdMap::new(),
             applied: 0,
             clock_ms: 0,
             max_sessions: max_sessions.max(1),
