@@ -19,6 +19,8 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::SystemTime;
 use synod_core::session::StateMachine;
 use synod_core::wire::ServerMsg;
@@ -33,20 +35,37 @@ pub const MAX_BATCH_EVENTS: usize = 256;
 /// The replica's clock: monotonic, but anchored at the wall clock at startup so that the
 /// `sent_at` stamps of different machines are comparable (as well as their clocks are
 /// synchronized), which Nezha-style deadline protocols need.
-#[derive(Clone, Copy, Debug)]
+///
+/// It also carries an offset set at run time by the admin fault API (`POST /fault/clock`,
+/// docs/faults.md) to emulate a replica whose clock is off. Clones share the offset, so the
+/// admin handler moves the clock the node loop reads; only the time the protocol reads moves,
+/// timers (tokio sleeps) are unaffected.
+#[derive(Clone, Debug)]
 pub struct Clock {
     base: Instant,
     base_nanos: u64,
+    offset_nanos: Arc<AtomicI64>,
 }
 
 impl Clock {
     pub fn new() -> Clock {
         let wall = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        Clock { base: Instant::now(), base_nanos: wall.as_nanos() as u64 }
+        Clock { base: Instant::now(), base_nanos: wall.as_nanos() as u64, offset_nanos: Default::default() }
     }
 
     pub fn now(&self) -> Time {
-        Time(self.base_nanos + self.base.elapsed().as_nanos() as u64)
+        let t = self.base_nanos + self.base.elapsed().as_nanos() as u64;
+        Time(t.saturating_add_signed(self.offset_nanos.load(Ordering::Relaxed)))
+    }
+
+    /// Run `offset_nanos` ahead of (negative: behind) the wall clock from now on, for every
+    /// clone of this clock. Absolute, not cumulative; a negative step moves time backwards.
+    pub fn set_offset_nanos(&self, offset_nanos: i64) {
+        self.offset_nanos.store(offset_nanos, Ordering::Relaxed);
+    }
+
+    pub fn offset_nanos(&self) -> i64 {
+        self.offset_nanos.load(Ordering::Relaxed)
     }
 }
 
@@ -119,6 +138,11 @@ impl Driver {
             status,
             metrics,
         }
+    }
+
+    /// A handle on the clock the node loop reads (shares its offset; see [`Clock`]).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The replicated state machine (tests and diagnostics).
