@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+pub mod link;
 pub mod metrics;
 pub mod node;
 pub mod storage;
@@ -93,8 +94,13 @@ pub async fn run_protocol(
     let mut tasks = JoinSet::new();
     let mut peers = HashMap::new();
     let mut inbound_metrics = HashMap::new();
+    // Each outbound task holds the emulation control of its link (admin fault API).
+    let mut links = Vec::new();
     for m in config.members.iter().filter(|m| m.id != config.id) {
-        let sender = transport::spawn_outbound(&mut tasks, identity.clone(), m.id, m.peer_addr, seed ^ m.id as u64);
+        let link = Arc::new(link::Link::new(config.id, m.id));
+        links.push((m.id, link.clone()));
+        let sender =
+            transport::spawn_outbound(&mut tasks, identity.clone(), m.id, m.peer_addr, seed ^ m.id as u64, link);
         peers.insert(m.id, sender);
         inbound_metrics.insert(m.id, metrics::PeerMetrics::new(config.id, m.id));
     }
@@ -112,14 +118,16 @@ pub async fn run_protocol(
             next_conn: Arc::new(AtomicU64::new(1)),
         },
     ));
-    let router = admin::router(admin::AdminState { me: me.clone(), status: status_rx });
+    let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);
+    // The fault API moves the offset of the clock the node loop reads.
+    let faults = link::Faults::with_links(config.id, links, driver.clock().clone());
+    let router = admin::router(admin::AdminState { me: me.clone(), status: status_rx, faults });
     tasks.spawn(async move {
         if let Err(e) = axum::serve(admin_listener, router).await {
             tracing::error!("admin HTTP server failed: {e}");
         }
     });
 
-    let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);
     let result = async {
         driver.recover(records).await?;
         driver.run(peer_rx, client_rx, shutdown).await

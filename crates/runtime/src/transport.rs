@@ -13,9 +13,15 @@
 //! peer dials us (an inbound hello), it has restarted: the task replaces its connection, which
 //! may be stale without our having seen a FIN, before sending anything more.
 //!
+//! Link emulation (delay, jitter, bandwidth, loss, block; see [`crate::link`] and
+//! docs/faults.md) happens here, in the outbound task, before bytes hit the socket. While a
+//! link is normal and its emulated queue empty, the task checks one atomic flag per batch and
+//! otherwise runs exactly as without emulation.
+//!
 //! Inbound: `PEER_MAGIC`, a `PeerHello` naming the cluster and the sender, then [`PeerFrame`]s.
 //! Anything unexpected closes that one connection with a warning.
 
+use crate::link::{Emulator, Link};
 use crate::metrics::PeerMetrics;
 use anyhow::{anyhow, bail, Context as _};
 use bytes::{Bytes, BytesMut};
@@ -88,17 +94,19 @@ pub struct Identity {
     pub max_frame_bytes: usize,
 }
 
-/// Start the outbound task of `peer` in `tasks`; returns the queue handle.
+/// Start the outbound task of `peer` in `tasks`; returns the queue handle. `link` is the
+/// emulation control of this directed link (a fresh `Link::new(me, peer)` for a normal one).
 pub fn spawn_outbound(
     tasks: &mut JoinSet<()>,
     identity: Identity,
     peer: NodeId,
     addr: SocketAddr,
     seed: u64,
+    link: Arc<Link>,
 ) -> PeerSender {
     let (tx, rx) = mpsc::channel(PEER_QUEUE);
     let metrics = PeerMetrics::new(identity.me, peer);
-    tasks.spawn(outbound(identity, peer, addr, rx, metrics.clone(), seed));
+    tasks.spawn(outbound(identity, peer, addr, rx, metrics.clone(), seed, link));
     PeerSender::new(tx, metrics)
 }
 
@@ -119,8 +127,15 @@ async fn outbound(
     mut rx: mpsc::Receiver<PeerFrame>,
     metrics: PeerMetrics,
     seed: u64,
+    link: Arc<Link>,
 ) {
     let mut rng = synod_core::rng_from_seed(seed);
+    // Messages inside the emulated link survive reconnects, as they would on a real network
+    // (the peer's TCP stack is not the link). The timer is armed only while it holds some.
+    let mut emulator = Emulator::default();
+    let mut scratch = BytesMut::new();
+    let release = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(release);
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u64;
     let mut restarts = restart_signal(&identity.cluster, identity.me, peer).subscribe();
@@ -174,16 +189,54 @@ async fn outbound(
                     }
                     break Ended::Lost;
                 }
+                () = &mut release, if !emulator.is_empty() => {
+                    buf.clear();
+                    let blocked = link.spec().block;
+                    emulator.release_due(&link, blocked, tokio::time::Instant::now(), &mut buf, MAX_WRITE_BYTES);
+                    if let Some(next) = emulator.next_release() {
+                        release.as_mut().reset(next);
+                    }
+                    if buf.is_empty() {
+                        continue;
+                    }
+                    if let Err(e) = writer.write_all(&buf).await {
+                        warn!(peer, %addr, "peer connection lost: {e}; reconnecting");
+                        break Ended::Lost;
+                    }
+                    metrics.bytes_sent.increment(buf.len() as u64);
+                }
                 first = rx.recv() => {
                     let Some(first) = first else {
                         break Ended::Shutdown;
                     };
                     buf.clear();
-                    encode_frame(&mut buf, &first, identity.max_frame_bytes, peer);
-                    while buf.len() < MAX_WRITE_BYTES {
-                        match rx.try_recv() {
-                            Ok(f) => encode_frame(&mut buf, &f, identity.max_frame_bytes, peer),
-                            Err(_) => break,
+                    if link.active() || !emulator.is_empty() {
+                        // Emulated: everything queued enters the link now; what is due at
+                        // once (no delay, idle wire) is written below, the rest by the timer.
+                        let spec = link.spec();
+                        let now = tokio::time::Instant::now();
+                        let mut next = Some(first);
+                        while let Some(f) = next {
+                            encode_frame(&mut scratch, &f, identity.max_frame_bytes, peer);
+                            if !scratch.is_empty() {
+                                let _ = emulator.admit(&link, &spec, scratch.split().freeze(), now, &mut rng);
+                            }
+                            next = rx.try_recv().ok();
+                        }
+                        emulator.release_due(&link, spec.block, now, &mut buf, MAX_WRITE_BYTES);
+                        // The queue is FIFO: its front is the next release.
+                        if let Some(due) = emulator.next_release() {
+                            if due != release.deadline() {
+                                release.as_mut().reset(due);
+                            }
+                        }
+                    } else {
+                        encode_frame(&mut buf, &first, identity.max_frame_bytes, peer);
+                        while buf.len() < MAX_WRITE_BYTES {
+                            match rx.try_recv() {
+                                Ok(f) => encode_frame(&mut buf, &f, identity.max_frame_bytes, peer),
+                                Err(_) => break,
+                            }
                         }
                     }
                     if buf.is_empty() {
@@ -390,7 +443,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut tasks = JoinSet::new();
-        let _sender = spawn_outbound(&mut tasks, test_identity(1, "redial-on-eof"), 2, addr, 7);
+        let _sender =
+            spawn_outbound(&mut tasks, test_identity(1, "redial-on-eof"), 2, addr, 7, Arc::new(Link::new(1, 2)));
         // The peer goes away while the link is idle: nothing is queued, nothing is written.
         drop(accept_hello(&listener).await);
         // The task notices the EOF by itself and dials again.
@@ -410,7 +464,14 @@ mod tests {
         // FIN never arrived.
         let peer_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut tasks = JoinSet::new();
-        let sender = spawn_outbound(&mut tasks, test_identity(1, cluster), 2, peer_listener.local_addr().unwrap(), 7);
+        let sender = spawn_outbound(
+            &mut tasks,
+            test_identity(1, cluster),
+            2,
+            peer_listener.local_addr().unwrap(),
+            7,
+            Arc::new(Link::new(1, 2)),
+        );
         let mut stale = accept_hello(&peer_listener).await;
 
         // Our own listener, and peer 2 (restarted) dialing into it.
