@@ -201,7 +201,8 @@ impl BenchArgs {
         Ok(spec)
     }
 
-    fn run_config(&self, clients: usize, rate: Option<f64>) -> anyhow::Result<RunConfig> {
+    /// The driver configuration for one run at `clients` connections (open loop at `rate`).
+    pub fn run_config(&self, clients: usize, rate: Option<f64>) -> anyhow::Result<RunConfig> {
         if self.interval.is_zero() {
             bail!("--interval must be positive");
         }
@@ -224,6 +225,7 @@ impl BenchArgs {
             op_timeout: self.op_timeout,
             grace: Duration::from_secs(5).min(self.op_timeout),
             progress: None,
+            start_slot: None,
         })
     }
 }

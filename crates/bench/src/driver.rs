@@ -86,6 +86,11 @@ pub struct RunConfig {
     /// Print a progress line to stderr with this label.
     #[serde(skip)]
     pub progress: Option<String>,
+    /// Filled with the start of measurement as soon as it is known (after the connections
+    /// are open), for callers that time events against the run while it runs (a scenario
+    /// firing faults at given seconds of the timeline).
+    #[serde(skip)]
+    pub start_slot: Option<Arc<std::sync::OnceLock<Instant>>>,
 }
 
 impl RunConfig {
@@ -100,6 +105,7 @@ impl RunConfig {
             op_timeout: Duration::from_secs(30),
             grace: Duration::from_secs(5),
             progress: None,
+            start_slot: None,
         }
     }
 }
@@ -131,6 +137,9 @@ pub struct RunResult {
     pub summary: Summary,
     /// The run was cut short by [`Stop`].
     pub interrupted: bool,
+    /// When measurement started (end of warm-up): the zero of the timeline, so that events
+    /// timed elsewhere (faults injected by a scenario) can be placed on it exactly.
+    pub measure_start: Instant,
 }
 
 /// State shared by the tasks of one run.
@@ -249,6 +258,9 @@ where
     }
     let t0 = Instant::now();
     let measure_start = t0 + cfg.warmup;
+    if let Some(slot) = &cfg.start_slot {
+        let _ = slot.set(measure_start);
+    }
     let (measure_end, op_limit) = match cfg.bound {
         RunBound::Duration(d) => (Some(measure_start + d), None),
         RunBound::Ops(n) => (None, Some(n)),
@@ -340,7 +352,7 @@ where
     }
     recorder.extend_to(elapsed);
     let summary = recorder.summary(elapsed);
-    Ok(RunResult { recorder, elapsed, summary, interrupted })
+    Ok(RunResult { recorder, elapsed, summary, interrupted, measure_start })
 }
 
 async fn closed_client<T, F, Fut>(

@@ -184,6 +184,58 @@ pub fn timeline(path: &Path, title: &str, rows: &[TimelineRow], markers: &[Marke
     root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
 }
 
+/// One line per series over time (x: seconds since the start of measurement), with the
+/// markers: e.g. the normalized throughput of several protocols in 10 s windows under the
+/// same fault schedule (HoliPaxos Fig. 9). Points are drawn at their `x` as given.
+pub fn series_over_time(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    markers: &[Marker],
+) -> anyhow::Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, (SIZE.0, SIZE.1 * 5 / 8)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let pts = series.iter().flat_map(|s| s.1.iter());
+    let t_max = pts.clone().map(|p| p.0).chain(markers.iter().map(|m| m.t_s)).fold(1.0, f64::max);
+    let y_max = upper(pts.map(|p| p.1).fold(0.0, f64::max));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FAMILY, 26))
+        .margin(20)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("time since start of measurement (s)")
+        .y_desc(y_desc)
+        .label_style((FAMILY, 16))
+        .axis_desc_style((FAMILY, 18))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err)?;
+    }
+    draw_markers(&mut chart, markers, y_max, true)?;
+    chart
+        .configure_series_labels()
+        .label_font((FAMILY, 16))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Vertical dashed lines at the markers, labelled in the chart whose `labels` is set.
 fn draw_markers<Y>(
     chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
@@ -428,7 +480,9 @@ mod tests {
         timeline(&dir.path().join("t.png"), "test", &r.timeline_rows(), &markers).unwrap();
         let hists = vec![("read".to_string(), &r.classes[0].hist), ("write".to_string(), &r.classes[1].hist)];
         cdf(&dir.path().join("c.png"), "test", &hists).unwrap();
-        for f in ["t.png", "c.png"] {
+        let series = vec![("a".to_string(), vec![(5.0, 1.0), (15.0, 0.4), (25.0, 0.9)])];
+        series_over_time(&dir.path().join("s.png"), "test", "normalized", &series, &markers).unwrap();
+        for f in ["t.png", "c.png", "s.png"] {
             let png = std::fs::read(dir.path().join(f)).unwrap();
             assert_eq!(&png[1..4], b"PNG", "{f}");
             assert!(png.len() > 10_000, "{f} is suspiciously small: {} bytes", png.len());

@@ -2,9 +2,12 @@
 //!
 //! Exit codes: 0 success, 1 runtime failure (or a failed `ctl cas`), 2 bad usage or config.
 
+mod cluster;
 mod ctl;
+mod fault;
 mod http;
 mod local;
+mod scenario;
 mod server;
 mod signal;
 
@@ -31,6 +34,11 @@ enum Command {
     Check(synod_sim::cli::CheckArgs),
     /// Load generator: YCSB workloads against synod, Redis or etcd, HDR percentiles and plots.
     Bench(Box<synod_bench::cli::BenchArgs>),
+    /// The nemesis: kill, restart, pause, partition, slow down or skew a replica of a running
+    /// local cluster (`synod local` prints its cluster file).
+    Fault(fault::Args),
+    /// Fault scenarios: a cluster, a workload and a fault schedule from a TOML file.
+    Scenario(scenario::Args),
     /// List the registered protocols.
     Protocols,
 }
@@ -43,6 +51,8 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::main(args),
         Command::Check(args) => ExitCode::from(synod_sim::cli::run_check(&args).clamp(0, 255) as u8),
         Command::Bench(args) => bench(*args),
+        Command::Fault(args) => fault::main(args),
+        Command::Scenario(args) => scenario::main(args),
         Command::Protocols => {
             for p in synod_protocols::registry::all() {
                 println!("{:<12} {}", p.name, p.description);
