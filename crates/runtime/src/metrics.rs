@@ -64,10 +64,12 @@ pub struct NodeMetrics {
     pub commit_index: Gauge,
     pub execute_index: Gauge,
     pub queued_requests: Gauge,
-    /// Snapshots of the state machine taken, how long each took (the pause of the node
-    /// loop, which HoliPaxos's comparison with periodic snapshots is about) and their size.
+    /// Snapshots of the state machine taken, how long each took to serialize (off the node
+    /// loop), how long the node loop itself stopped for it (the pause, which HoliPaxos's
+    /// comparison with periodic snapshots is about), and their size.
     pub snapshots: Counter,
     pub snapshot_seconds: metrics::Histogram,
+    pub snapshot_pause_seconds: metrics::Histogram,
     pub snapshot_bytes: Gauge,
     /// Bytes of keys and values held by the state machine, and the protocol's log length.
     pub state_bytes: Gauge,
@@ -96,6 +98,7 @@ impl NodeMetrics {
             queued_requests: g("synod_queued_requests"),
             snapshots: c("synod_snapshots_total"),
             snapshot_seconds: metrics::histogram!("synod_snapshot_duration_seconds", "node" => n.clone()),
+            snapshot_pause_seconds: metrics::histogram!("synod_snapshot_pause_seconds", "node" => n.clone()),
             snapshot_bytes: g("synod_snapshot_bytes"),
             state_bytes: g("synod_state_machine_bytes"),
             log_len: g("synod_log_entries"),

@@ -97,6 +97,9 @@ pub struct Driver {
     clients: HashMap<u64, mpsc::Sender<ServerMsg>>,
     /// Events the replica generated for itself; handled at the start of the next turn.
     internal: VecDeque<Event>,
+    /// Snapshots serialized on blocking threads come back here as `SnapshotTaken` events.
+    snapshots_tx: mpsc::UnboundedSender<Event>,
+    snapshots_rx: mpsc::UnboundedReceiver<Event>,
     status: watch::Sender<Status>,
     metrics: NodeMetrics,
 }
@@ -123,6 +126,7 @@ impl Driver {
         status: watch::Sender<Status>,
         metrics: NodeMetrics,
     ) -> Driver {
+        let (snapshots_tx, snapshots_rx) = mpsc::unbounded_channel();
         Driver {
             id,
             protocol,
@@ -135,6 +139,8 @@ impl Driver {
             peers,
             clients: HashMap::new(),
             internal: VecDeque::new(),
+            snapshots_tx,
+            snapshots_rx,
             status,
             metrics,
         }
@@ -181,6 +187,7 @@ impl Driver {
                     biased;
                     _ = &mut shutdown => return Ok(()),
                     Some(m) = peer_rx.recv() => events.push(incoming_event(m)),
+                    Some(ev) = self.snapshots_rx.recv() => events.push(ev),
                     _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
                     Some(c) = client_rx.recv() => self.client_input(c, &mut events),
                 }
@@ -197,6 +204,10 @@ impl Driver {
                 }
                 if let Ok(c) = client_rx.try_recv() {
                     self.client_input(c, &mut events);
+                    progressed = true;
+                }
+                if let Ok(ev) = self.snapshots_rx.try_recv() {
+                    events.push(ev);
                     progressed = true;
                 }
                 if !progressed {
@@ -283,12 +294,23 @@ impl Driver {
             Action::SetTimer { timer, after } => self.timers.set(timer, Instant::now() + after),
             Action::CancelTimer { timer } => self.timers.cancel(timer),
             Action::TakeSnapshot { token } => {
+                // The snapshot must be the state at this point of the log, but the node loop
+                // must not stop for the serialization: clone (O(1), the state machine's maps
+                // are persistent) and serialize the clone on a blocking thread. The protocol
+                // learns of it through a later `SnapshotTaken` event, as it would of a slow
+                // disk; it keeps replicating and applying meanwhile.
                 let started = Instant::now();
-                let data = Bytes::from(self.sm.snapshot());
-                self.metrics.snapshots.increment(1);
-                self.metrics.snapshot_seconds.record(started.elapsed().as_secs_f64());
-                self.metrics.snapshot_bytes.set(data.len() as f64);
-                self.internal.push_back(Event::SnapshotTaken { token, data });
+                let sm = self.sm.clone();
+                self.metrics.snapshot_pause_seconds.record(started.elapsed().as_secs_f64());
+                let (tx, metrics) = (self.snapshots_tx.clone(), self.metrics.clone());
+                tokio::task::spawn_blocking(move || {
+                    let data = Bytes::from(sm.snapshot());
+                    metrics.snapshots.increment(1);
+                    metrics.snapshot_seconds.record(started.elapsed().as_secs_f64());
+                    metrics.snapshot_bytes.set(data.len() as f64);
+                    // The receiver is gone only when the replica stops.
+                    let _ = tx.send(Event::SnapshotTaken { token, data });
+                });
             }
             Action::InstallSnapshot { data } => match StateMachine::restore(&data) {
                 Ok(sm) => self.sm = sm,
