@@ -307,8 +307,7 @@ impl Cluster {
         for node in self.nodes.iter_mut() {
             let id = node.config.id;
             let admin = node.config.me().admin_addr;
-            loop {
-                let Some(child) = node.child.as_mut() else { break };
+            while let Some(child) = node.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     node.child = None;
                     return Err(format!(
@@ -477,7 +476,9 @@ fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)>), String>
     };
     for m in &members {
         let resp = m.resp_addr.map(|a| ("RESP", a));
-        for (kind, a) in [("peer", m.peer_addr), ("client", m.client_addr), ("admin", m.admin_addr)].into_iter().chain(resp) {
+        for (kind, a) in
+            [("peer", m.peer_addr), ("client", m.client_addr), ("admin", m.admin_addr)].into_iter().chain(resp)
+        {
             if let Err(e) = TcpListener::bind(a) {
                 return Err(format!(
                     "port {} ({kind} port of node {}) is not available: {e}; choose another --base-port",

@@ -743,8 +743,7 @@ pub fn analyze(rows: &[TimelineRow], events: &[Event]) -> String {
         }
         return out;
     };
-    let _ =
-        writeln!(out, "  baseline before the first fault: {baseline:.0} ops/s (median of {:.0} s intervals)", interval);
+    let _ = writeln!(out, "  baseline before the first fault: {baseline:.0} ops/s (median of {interval} s intervals)");
     for (i, e) in events.iter().enumerate() {
         let next = events.get(i + 1).map_or(f64::INFINITY, |n| n.t_s);
         // Intervals overlapping [fault, next fault).
