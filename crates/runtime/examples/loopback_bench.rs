@@ -51,7 +51,7 @@ async fn main() {
     let members: Vec<Member> = (0..3u32)
         .map(|i| {
             let a = &addrs[3 * i as usize..];
-            Member { id: i + 1, peer_addr: a[0], client_addr: a[1], admin_addr: a[2] }
+            Member { id: i + 1, peer_addr: a[0], client_addr: a[1], admin_addr: a[2], resp_addr: None }
         })
         .collect();
     let mut stops = Vec::new();

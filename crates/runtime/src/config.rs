@@ -44,6 +44,10 @@ pub struct NodeConfig {
     /// Log filter (e.g. `info`, `synod_runtime=debug`); read by the binary.
     #[serde(default)]
     pub log_level: Option<String>,
+    /// Password of the Redis front end (`requirepass`): RESP connections must `AUTH` (or
+    /// `HELLO 3 AUTH default <password>`) before anything else. None = no authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
 }
 
 /// One replica and where to reach it.
@@ -57,6 +61,9 @@ pub struct Member {
     pub client_addr: SocketAddr,
     /// HTTP: /status, /metrics, /health.
     pub admin_addr: SocketAddr,
+    /// Redis protocol (RESP2/RESP3) front end; None = off. See docs/redis.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp_addr: Option<SocketAddr>,
 }
 
 fn default_cluster() -> String {
@@ -122,8 +129,11 @@ impl NodeConfig {
             if !ids.insert(m.id) {
                 return invalid(format!("duplicate member id {}", m.id));
             }
+            let resp = m.resp_addr.map(|a| ("resp_addr", a));
             for (what, addr) in
                 [("peer_addr", m.peer_addr), ("client_addr", m.client_addr), ("admin_addr", m.admin_addr)]
+                    .into_iter()
+                    .chain(resp)
             {
                 if addr.port() == 0 {
                     return invalid(format!("member {}: {what} {addr} needs an explicit port", m.id));
@@ -141,6 +151,9 @@ impl NodeConfig {
         self.params.validate().map_err(|e| ConfigError::Invalid(format!("params: {e}")))?;
         if self.limits.max_frame_bytes < 1024 {
             return invalid(format!("limits.max_frame_bytes ({}) must be at least 1024", self.limits.max_frame_bytes));
+        }
+        if self.password.as_deref() == Some("") {
+            return invalid("password must not be empty (leave it out to disable authentication)".into());
         }
         if !self.in_memory && self.data_dir.is_none() {
             return invalid("data_dir is required unless in_memory = true".into());

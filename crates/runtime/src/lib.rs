@@ -11,6 +11,7 @@ pub mod config;
 pub mod link;
 pub mod metrics;
 pub mod node;
+pub mod resp;
 pub mod storage;
 pub mod timers;
 pub mod transport;
@@ -59,6 +60,10 @@ pub async fn run_protocol(
     let peer_listener = bind(me.peer_addr, "peer").await?;
     let client_listener = bind(me.client_addr, "client").await?;
     let admin_listener = bind(me.admin_addr, "admin").await?;
+    let resp_listener = match me.resp_addr {
+        Some(addr) => Some((bind(addr, "RESP").await?, addr)),
+        None => None,
+    };
 
     let (storage, records): (Option<Box<dyn Storage>>, _) = if config.in_memory {
         (None, Vec::new())
@@ -107,6 +112,18 @@ pub async fn run_protocol(
     let (peer_tx, peer_rx) = mpsc::channel(PEER_INBOX);
     tasks.spawn(transport::accept_peers(peer_listener, identity, Arc::new(inbound_metrics), peer_tx));
     let (client_tx, client_rx) = mpsc::channel(client::CLIENT_INBOX);
+    let next_conn = Arc::new(AtomicU64::new(1));
+    if let Some((listener, addr)) = resp_listener {
+        let shared = resp::RespShared::new(
+            &config,
+            addr,
+            client_tx.clone(),
+            status_rx.clone(),
+            node_metrics.clone(),
+            next_conn.clone(),
+        );
+        tasks.spawn(resp::serve(listener, shared));
+    }
     tasks.spawn(client::accept_clients(
         client_listener,
         client::ClientShared {
@@ -115,7 +132,7 @@ pub async fn run_protocol(
             inbox: client_tx,
             status: status_rx.clone(),
             metrics: node_metrics.clone(),
-            next_conn: Arc::new(AtomicU64::new(1)),
+            next_conn,
         },
     ));
     let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);

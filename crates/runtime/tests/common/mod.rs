@@ -28,7 +28,7 @@ pub fn cluster_configs(n: u32, protocol: &str, data: Option<&Path>, fsync: Fsync
     let members: Vec<Member> = (0..n)
         .map(|i| {
             let a = &addrs[3 * i as usize..];
-            Member { id: i + 1, peer_addr: a[0], client_addr: a[1], admin_addr: a[2] }
+            Member { id: i + 1, peer_addr: a[0], client_addr: a[1], admin_addr: a[2], resp_addr: None }
         })
         .collect();
     (1..=n)

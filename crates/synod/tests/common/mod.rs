@@ -54,6 +54,7 @@ impl Cluster {
                 peer_addr: addr(ports[3 * i]),
                 client_addr: addr(ports[3 * i + 1]),
                 admin_addr: addr(ports[3 * i + 2]),
+                resp_addr: None,
             })
             .collect();
         let configs: Vec<NodeConfig> = members
@@ -71,6 +72,7 @@ impl Cluster {
                     limits: Default::default(),
                     // SYNOD_TEST_LOG=debug (say) for more detail in the logs printed on failure.
                     log_level: Some(std::env::var("SYNOD_TEST_LOG").unwrap_or_else(|_| "info".into())),
+                    password: None,
                 };
                 tweak(&mut c);
                 c.validate().unwrap();

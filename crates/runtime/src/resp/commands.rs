@@ -1,0 +1,697 @@
+//! The command table and the translation of Redis commands into replicated operations.
+//!
+//! Data commands become one [`Op`] each (multi-key commands included, so MSET/DEL/MGET are
+//! atomic: one log entry) plus a [`Shape`] that says how the [`OpResult`] is rendered, since
+//! the same operation answers differently depending on the command (HSET counts new fields,
+//! HMSET says OK; HGET and HEXISTS both read fields). Connection and server commands (PING,
+//! HELLO, INFO, …) are answered by the connection itself (see `super::conn`). Error texts are
+//! Redis's own, because clients and their test suites match on them.
+
+use super::reply::RespValue;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use synod_core::kv::SetCond;
+use synod_core::{Op, OpResult};
+
+/// Which part of the server answers a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    String,
+    Hash,
+    Keyspace,
+    Connection,
+    Server,
+}
+
+impl Group {
+    fn name(self) -> &'static str {
+        match self {
+            Group::String => "string",
+            Group::Hash => "hash",
+            Group::Keyspace => "generic",
+            Group::Connection => "connection",
+            Group::Server => "server",
+        }
+    }
+
+    /// Answered by the connection, not through the log.
+    pub fn is_local(self) -> bool {
+        matches!(self, Group::Connection | Group::Server)
+    }
+}
+
+/// One row of the command table (what `COMMAND` reports, and the arity check).
+#[derive(Debug)]
+pub struct Spec {
+    pub name: &'static str,
+    /// Redis arity: N = exactly N arguments including the name; -N = at least N.
+    pub arity: i64,
+    pub flags: &'static [&'static str],
+    pub first_key: i64,
+    pub last_key: i64,
+    pub step: i64,
+    pub group: Group,
+    pub summary: &'static str,
+}
+
+const W: &[&str] = &["write", "denyoom"];
+const WF: &[&str] = &["write", "denyoom", "fast"];
+const WR: &[&str] = &["write"];
+const R: &[&str] = &["readonly"];
+const RF: &[&str] = &["readonly", "fast"];
+const CONN: &[&str] = &["fast", "noscript", "loading", "stale"];
+const NOAUTH: &[&str] = &["fast", "noscript", "loading", "stale", "no_auth"];
+const ADMIN: &[&str] = &["loading", "stale"];
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $group:ident, $summary:literal) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $f,
+            last_key: $l,
+            step: $s,
+            group: Group::$group,
+            summary: $summary,
+        }
+    };
+}
+
+/// Every command synod answers.
+pub static COMMANDS: &[Spec] = &[
+    spec!("get", 2, RF, 1, 1, 1, String, "Returns the string value of a key."),
+    spec!(
+        "set",
+        -3,
+        W,
+        1,
+        1,
+        1,
+        String,
+        "Sets the string value of a key, ignoring its type. NX/XX/GET/EX/PX/EXAT/PXAT/KEEPTTL."
+    ),
+    spec!("setnx", 3, WF, 1, 1, 1, String, "Set the string value of a key only when the key doesn't exist."),
+    spec!("setex", 4, W, 1, 1, 1, String, "Sets the string value and expiration time (seconds) of a key."),
+    spec!("psetex", 4, W, 1, 1, 1, String, "Sets the string value and expiration time (milliseconds) of a key."),
+    spec!(
+        "getset",
+        3,
+        WF,
+        1,
+        1,
+        1,
+        String,
+        "Returns the previous string value of a key after setting it to a new value."
+    ),
+    spec!("getdel", 2, WF, 1, 1, 1, String, "Returns the string value of a key after deleting the key."),
+    spec!("mget", -2, RF, 1, -1, 1, String, "Atomically returns the string values of one or more keys."),
+    spec!("mset", -3, W, 1, -1, 2, String, "Atomically creates or modifies the string values of one or more keys."),
+    spec!("incr", 2, WF, 1, 1, 1, String, "Increments the integer value of a key by one."),
+    spec!("decr", 2, WF, 1, 1, 1, String, "Decrements the integer value of a key by one."),
+    spec!("incrby", 3, WF, 1, 1, 1, String, "Increments the integer value of a key by a number."),
+    spec!("decrby", 3, WF, 1, 1, 1, String, "Decrements a number from the integer value of a key."),
+    spec!(
+        "append",
+        3,
+        WF,
+        1,
+        1,
+        1,
+        String,
+        "Appends a string to the value of a key. Creates the key if it doesn't exist."
+    ),
+    spec!("strlen", 2, RF, 1, 1, 1, String, "Returns the length of a string value."),
+    spec!("del", -2, WR, 1, -1, 1, Keyspace, "Atomically deletes one or more keys."),
+    spec!("unlink", -2, WR, 1, -1, 1, Keyspace, "Atomically deletes one or more keys (same as DEL)."),
+    spec!("exists", -2, RF, 1, -1, 1, Keyspace, "Determines whether one or more keys exist."),
+    spec!("type", 2, RF, 1, 1, 1, Keyspace, "Determines the type of value stored at a key."),
+    spec!("scan", -2, R, 0, 0, 0, Keyspace, "Iterates over the key names in the database (MATCH, COUNT)."),
+    spec!("keys", 2, R, 0, 0, 0, Keyspace, "Returns all key names that match a pattern."),
+    spec!("dbsize", 1, RF, 0, 0, 0, Server, "Returns the number of keys in the database."),
+    spec!("hset", -4, WF, 1, 1, 1, Hash, "Creates or modifies the value of a field in a hash."),
+    spec!("hmset", -4, WF, 1, 1, 1, Hash, "Sets the values of multiple fields."),
+    spec!("hget", 3, RF, 1, 1, 1, Hash, "Returns the value of a field in a hash."),
+    spec!("hmget", -3, RF, 1, 1, 1, Hash, "Returns the values of all fields in a hash."),
+    spec!("hgetall", 2, R, 1, 1, 1, Hash, "Returns all fields and values in a hash."),
+    spec!("hdel", -3, WF, 1, 1, 1, Hash, "Deletes one or more fields and their values from a hash."),
+    spec!("hexists", 3, RF, 1, 1, 1, Hash, "Determines whether a field exists in a hash."),
+    spec!("hlen", 2, RF, 1, 1, 1, Hash, "Returns the number of fields in a hash."),
+    spec!("hkeys", 2, R, 1, 1, 1, Hash, "Returns all fields in a hash."),
+    spec!("hvals", 2, R, 1, 1, 1, Hash, "Returns all values in a hash."),
+    spec!("ping", -1, CONN, 0, 0, 0, Connection, "Returns the server's liveliness response."),
+    spec!("echo", 2, CONN, 0, 0, 0, Connection, "Returns the given string."),
+    spec!("hello", -1, NOAUTH, 0, 0, 0, Connection, "Handshakes with the server (protocol version, AUTH, SETNAME)."),
+    spec!("auth", -2, NOAUTH, 0, 0, 0, Connection, "Authenticates the connection."),
+    spec!("select", 2, CONN, 0, 0, 0, Connection, "Changes the selected database (only 0 exists)."),
+    spec!("quit", -1, NOAUTH, 0, 0, 0, Connection, "Closes the connection."),
+    spec!("client", -2, CONN, 0, 0, 0, Connection, "CLIENT ID / SETNAME / GETNAME / SETINFO / INFO."),
+    spec!(
+        "command",
+        -1,
+        ADMIN,
+        0,
+        0,
+        0,
+        Server,
+        "Returns detailed information about all commands (COUNT, DOCS, INFO, LIST)."
+    ),
+    spec!("info", -1, ADMIN, 0, 0, 0, Server, "Returns information about the server and its replication state."),
+    spec!("config", -2, ADMIN, 0, 0, 0, Server, "CONFIG GET of the few settings tools ask for."),
+    spec!("time", 1, CONN, 0, 0, 0, Server, "Returns the server time."),
+];
+
+/// The table row of a command name (any case).
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+impl Spec {
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+
+    /// The `COMMAND` / `COMMAND INFO` entry (Redis 7 layout).
+    pub fn info(&self) -> RespValue {
+        let s = |v: &str| RespValue::Simple(v.to_string());
+        RespValue::Array(vec![
+            RespValue::text(self.name),
+            RespValue::Int(self.arity),
+            RespValue::Array(self.flags.iter().map(|f| s(f)).collect()),
+            RespValue::Int(self.first_key),
+            RespValue::Int(self.last_key),
+            RespValue::Int(self.step),
+            RespValue::Array(vec![s(&format!("@{}", self.group.name()))]),
+            RespValue::Array(vec![]),
+            RespValue::Array(vec![]),
+            RespValue::Array(vec![]),
+        ])
+    }
+
+    /// The `COMMAND DOCS` entry.
+    pub fn docs(&self) -> RespValue {
+        RespValue::Map(vec![
+            (RespValue::text("summary"), RespValue::text(self.summary)),
+            (RespValue::text("since"), RespValue::text("1.0.0")),
+            (RespValue::text("group"), RespValue::text(self.group.name())),
+        ])
+    }
+}
+
+/// Redis's reply to an unknown command, byte for byte (the name and up to 128 characters of
+/// arguments, each quoted and followed by a space).
+pub fn unknown_command(args: &[Bytes]) -> RespValue {
+    let name = String::from_utf8_lossy(&args[0][..args[0].len().min(128)]).into_owned();
+    let mut rest = String::new();
+    for a in &args[1..] {
+        if rest.len() >= 128 {
+            break;
+        }
+        let room = 128 - rest.len();
+        let a = String::from_utf8_lossy(a);
+        let a: String = a.chars().take(room).collect();
+        rest.push_str(&format!("'{a}' "));
+    }
+    RespValue::err(format!("ERR unknown command '{name}', with args beginning with: {rest}"))
+}
+
+pub fn wrong_arity(name: &str) -> RespValue {
+    RespValue::err(format!("ERR wrong number of arguments for '{name}' command"))
+}
+
+pub fn syntax_error() -> RespValue {
+    RespValue::err("ERR syntax error")
+}
+
+pub fn not_integer() -> RespValue {
+    RespValue::err("ERR value is not an integer or out of range")
+}
+
+/// How the result of a data command is rendered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Any success: +OK (MSET, HMSET).
+    Done,
+    /// SET: OK when written, null when NX/XX prevented it; with GET, the old value.
+    Set,
+    /// SETNX: 1 when written, 0 otherwise.
+    SetNx,
+    /// Counts and integers.
+    Int,
+    /// One value or null.
+    Bulk,
+    /// Several values or nulls (MGET, HMGET).
+    Bulks,
+    /// The first of several values (HGET).
+    FirstBulk,
+    /// Whether the first of several values exists (HEXISTS).
+    FirstExists,
+    /// Field/value pairs (HGETALL): a map in RESP3.
+    Pairs,
+    PairKeys,
+    PairValues,
+    /// A status word (TYPE).
+    Status,
+    /// SCAN: [cursor, [keys]].
+    Scan,
+    /// KEYS: [keys].
+    Keys,
+}
+
+/// What a request becomes.
+#[derive(Debug)]
+pub enum Translated {
+    /// Through the replicated log.
+    Data { op: Op, shape: Shape },
+    /// Answered by the connection (connection and server commands).
+    Local(&'static Spec),
+    /// Refused before anything happened (unknown command, arity, syntax).
+    Reply(RespValue),
+}
+
+/// Translate one request. `args[0]` is the command name; `args` is never empty.
+pub fn translate(args: &[Bytes], cursors: &Cursors) -> Translated {
+    let Some(spec) = lookup(&args[0]) else { return Translated::Reply(unknown_command(args)) };
+    if !spec.arity_ok(args.len()) {
+        return Translated::Reply(wrong_arity(spec.name));
+    }
+    if spec.group.is_local() && spec.name != "dbsize" {
+        return Translated::Local(spec);
+    }
+    match data_op(spec.name, &args[1..], cursors) {
+        Ok((op, shape)) => Translated::Data { op, shape },
+        Err(reply) => Translated::Reply(reply),
+    }
+}
+
+fn int_arg(b: &Bytes) -> Result<i64, RespValue> {
+    std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok()).ok_or_else(not_integer)
+}
+
+fn pairs(args: &[Bytes], name: &str) -> Result<Vec<(Bytes, Bytes)>, RespValue> {
+    if args.is_empty() || args.len() % 2 != 0 {
+        return Err(wrong_arity(name));
+    }
+    Ok(args.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect())
+}
+
+/// A relative TTL in milliseconds from an EX (seconds) or PX (milliseconds) argument.
+fn ttl_ms(arg: &Bytes, unit_ms: i64, cmd: &str) -> Result<u64, RespValue> {
+    let n = int_arg(arg)?;
+    let invalid = || RespValue::err(format!("ERR invalid expire time in '{cmd}' command"));
+    if n <= 0 {
+        return Err(invalid());
+    }
+    n.checked_mul(unit_ms).map(|ms| ms as u64).ok_or_else(invalid)
+}
+
+fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), RespValue> {
+    use Shape::*;
+    let key = || a[0].clone();
+    Ok(match name {
+        "get" => (Op::Get { key: key() }, Bulk),
+        "set" => (set_op(a)?, Set),
+        "setnx" => (
+            Op::Set {
+                key: key(),
+                value: a[1].clone(),
+                cond: SetCond::IfAbsent,
+                expire_at_ms: None,
+                keep_ttl: false,
+                get: false,
+            },
+            SetNx,
+        ),
+        "setex" | "psetex" => {
+            let ttl = ttl_ms(&a[1], if name == "setex" { 1000 } else { 1 }, name)?;
+            (Op::SetWithTtl { key: key(), value: a[2].clone(), cond: SetCond::Always, ttl_ms: ttl, get: false }, Set)
+        }
+        "getset" => (
+            Op::Set {
+                key: key(),
+                value: a[1].clone(),
+                cond: SetCond::Always,
+                expire_at_ms: None,
+                keep_ttl: false,
+                get: true,
+            },
+            Bulk,
+        ),
+        "getdel" => (Op::GetDel { key: key() }, Bulk),
+        "mget" => (Op::MultiGet { keys: a.to_vec() }, Bulks),
+        "mset" => (Op::MultiPut { pairs: pairs(a, name)? }, Done),
+        "incr" => (Op::IncrBy { key: key(), by: 1 }, Int),
+        "decr" => (Op::IncrBy { key: key(), by: -1 }, Int),
+        "incrby" => (Op::IncrBy { key: key(), by: int_arg(&a[1])? }, Int),
+        "decrby" => {
+            let by = int_arg(&a[1])?.checked_neg().ok_or_else(|| RespValue::err("ERR decrement would overflow"))?;
+            (Op::IncrBy { key: key(), by }, Int)
+        }
+        "append" => (Op::Append { key: key(), value: a[1].clone() }, Int),
+        "strlen" => (Op::Strlen { key: key() }, Int),
+        "del" | "unlink" => (Op::MultiDelete { keys: a.to_vec() }, Int),
+        "exists" => (Op::Exists { keys: a.to_vec() }, Int),
+        "type" => (Op::Type { key: key() }, Status),
+        "dbsize" => (Op::DbSize, Int),
+        "keys" => (Op::KeyScan { after: Bytes::new(), pattern: Some(key()), count: u32::MAX }, Keys),
+        "scan" => (scan_op(a, cursors)?, Scan),
+        "hset" => (Op::HashSet { key: key(), pairs: pairs(&a[1..], name)? }, Int),
+        "hmset" => (Op::HashSet { key: key(), pairs: pairs(&a[1..], name)? }, Done),
+        "hget" => (Op::HashGet { key: key(), fields: vec![a[1].clone()] }, FirstBulk),
+        "hmget" => (Op::HashGet { key: key(), fields: a[1..].to_vec() }, Bulks),
+        "hexists" => (Op::HashGet { key: key(), fields: vec![a[1].clone()] }, FirstExists),
+        "hgetall" => (Op::HashGetAll { key: key() }, Pairs),
+        "hkeys" => (Op::HashGetAll { key: key() }, PairKeys),
+        "hvals" => (Op::HashGetAll { key: key() }, PairValues),
+        "hdel" => (Op::HashDelete { key: key(), fields: a[1..].to_vec() }, Int),
+        "hlen" => (Op::HashLen { key: key() }, Int),
+        other => return Err(RespValue::err(format!("ERR command '{other}' has no data translation"))),
+    })
+}
+
+/// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT ts | PXAT ts-ms | KEEPTTL]
+fn set_op(a: &[Bytes]) -> Result<Op, RespValue> {
+    let (key, value) = (a[0].clone(), a[1].clone());
+    let mut cond = SetCond::Always;
+    let mut get = false;
+    let mut ttl: Option<u64> = None;
+    let mut at: Option<u64> = None;
+    let mut keep_ttl = false;
+    let mut i = 2;
+    while i < a.len() {
+        let opt = a[i].to_ascii_uppercase();
+        let next = a.get(i + 1);
+        let expiry_set = ttl.is_some() || at.is_some() || keep_ttl;
+        match (&opt[..], next) {
+            (b"NX", _) if cond != SetCond::IfPresent => cond = SetCond::IfAbsent,
+            (b"XX", _) if cond != SetCond::IfAbsent => cond = SetCond::IfPresent,
+            (b"GET", _) => get = true,
+            (b"KEEPTTL", _) if !expiry_set => keep_ttl = true,
+            (b"EX", Some(n)) if !expiry_set => {
+                ttl = Some(ttl_ms(n, 1000, "set")?);
+                i += 1;
+            }
+            (b"PX", Some(n)) if !expiry_set => {
+                ttl = Some(ttl_ms(n, 1, "set")?);
+                i += 1;
+            }
+            (b"EXAT", Some(n)) if !expiry_set => {
+                at = Some(ttl_ms(n, 1000, "set")?);
+                i += 1;
+            }
+            (b"PXAT", Some(n)) if !expiry_set => {
+                at = Some(ttl_ms(n, 1, "set")?);
+                i += 1;
+            }
+            _ => return Err(syntax_error()),
+        }
+        i += 1;
+    }
+    Ok(match ttl {
+        Some(ttl_ms) => Op::SetWithTtl { key, value, cond, ttl_ms, get },
+        None => Op::Set { key, value, cond, expire_at_ms: at, keep_ttl, get },
+    })
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count]
+fn scan_op(a: &[Bytes], cursors: &Cursors) -> Result<Op, RespValue> {
+    let invalid = || RespValue::err("ERR invalid cursor");
+    let cursor: u64 = std::str::from_utf8(&a[0]).ok().and_then(|s| s.parse().ok()).ok_or_else(invalid)?;
+    let after = if cursor == 0 { Bytes::new() } else { cursors.lookup(cursor).ok_or_else(invalid)? };
+    let mut pattern = None;
+    let mut count = 10u32;
+    let mut i = 1;
+    while i < a.len() {
+        let opt = a[i].to_ascii_uppercase();
+        let Some(v) = a.get(i + 1) else { return Err(syntax_error()) };
+        match &opt[..] {
+            b"MATCH" => pattern = Some(v.clone()),
+            b"COUNT" => {
+                let n = int_arg(v)?;
+                if n < 1 {
+                    return Err(syntax_error());
+                }
+                count = n.min(u32::MAX as i64) as u32;
+            }
+            b"TYPE" => return Err(RespValue::err("ERR SCAN TYPE is not supported by synod")),
+            _ => return Err(syntax_error()),
+        }
+        i += 2;
+    }
+    Ok(Op::KeyScan { after, pattern, count })
+}
+
+/// Render a data command's result. `OpResult::Error` (WRONGTYPE, not an integer, …) becomes
+/// an error reply whatever the shape.
+pub fn render(shape: Shape, result: OpResult, cursors: &Cursors) -> RespValue {
+    use RespValue as V;
+    let pairs_to = |pairs: Vec<(Bytes, Bytes)>, pick: fn((Bytes, Bytes)) -> Bytes| {
+        V::Array(pairs.into_iter().map(|p| V::Bulk(pick(p))).collect())
+    };
+    match (shape, result) {
+        (_, OpResult::Error(e)) => V::err(e),
+        (Shape::Done, _) => V::ok(),
+        (Shape::Set, OpResult::Applied(true)) => V::ok(),
+        (Shape::Set, OpResult::Applied(false)) => V::Null,
+        (Shape::Set | Shape::Bulk, OpResult::Value(v)) => V::opt(v),
+        (Shape::SetNx, OpResult::Applied(b)) => V::Int(b as i64),
+        (Shape::Int, OpResult::Int(n)) => V::Int(n),
+        (Shape::Int, OpResult::Deleted(b)) => V::Int(b as i64),
+        (Shape::Bulks, OpResult::Values(vs)) => V::Array(vs.into_iter().map(V::opt).collect()),
+        (Shape::FirstBulk, OpResult::Values(vs)) => V::opt(vs.into_iter().next().flatten()),
+        (Shape::FirstExists, OpResult::Values(vs)) => V::Int(vs.first().is_some_and(|v| v.is_some()) as i64),
+        (Shape::Pairs, OpResult::Scan(pairs)) => {
+            V::Map(pairs.into_iter().map(|(f, v)| (V::Bulk(f), V::Bulk(v))).collect())
+        }
+        (Shape::PairKeys, OpResult::Scan(pairs)) => pairs_to(pairs, |p| p.0),
+        (Shape::PairValues, OpResult::Scan(pairs)) => pairs_to(pairs, |p| p.1),
+        (Shape::Status, OpResult::Text(t)) => V::Simple(t),
+        (Shape::Scan, OpResult::Keys { keys, next }) => {
+            let cursor = next.map_or(0, |k| cursors.register(k));
+            V::Array(vec![V::text(cursor.to_string()), V::Array(keys.into_iter().map(V::Bulk).collect())])
+        }
+        (Shape::Keys, OpResult::Keys { keys, .. }) => V::Array(keys.into_iter().map(V::Bulk).collect()),
+        (shape, other) => V::err(format!("ERR internal error: result {other:?} does not fit {shape:?}")),
+    }
+}
+
+/// SCAN cursors. Redis cursors are integers that clients parse (redis-py, redis-cli), while
+/// synod's scan continues after a key; this table maps the integers handed out to the keys
+/// they stand for. It is per replica and bounded (oldest cursors are forgotten, and a
+/// forgotten or foreign cursor is `ERR invalid cursor`), and ids start at a random base so
+/// that a cursor from before a restart is not mistaken for a new one.
+pub struct Cursors {
+    inner: Mutex<CursorTable>,
+}
+
+struct CursorTable {
+    next: u64,
+    map: HashMap<u64, Bytes>,
+    order: VecDeque<u64>,
+    cap: usize,
+}
+
+/// Cursors remembered per replica.
+pub const MAX_CURSORS: usize = 100_000;
+
+impl Cursors {
+    pub fn new(cap: usize) -> Cursors {
+        let base = rand::random::<u64>() % (1 << 40) + 1;
+        Cursors {
+            inner: Mutex::new(CursorTable { next: base, map: HashMap::new(), order: VecDeque::new(), cap: cap.max(1) }),
+        }
+    }
+
+    pub fn register(&self, key: Bytes) -> u64 {
+        let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let id = t.next;
+        t.next = t.next.wrapping_add(1).max(1);
+        t.map.insert(id, key);
+        t.order.push_back(id);
+        while t.order.len() > t.cap {
+            if let Some(old) = t.order.pop_front() {
+                t.map.remove(&old);
+            }
+        }
+        id
+    }
+
+    pub fn lookup(&self, id: u64) -> Option<Bytes> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).map.get(&id).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<Bytes> {
+        s.split(' ').map(|a| Bytes::copy_from_slice(a.as_bytes())).collect()
+    }
+
+    fn tr(s: &str) -> Translated {
+        translate(&args(s), &Cursors::new(10))
+    }
+
+    fn op(s: &str) -> Op {
+        match tr(s) {
+            Translated::Data { op, .. } => op,
+            other => panic!("{s}: {other:?}"),
+        }
+    }
+
+    fn error(s: &str) -> String {
+        match tr(s) {
+            Translated::Reply(RespValue::Error(e)) => e,
+            other => panic!("{s}: expected an error, got {other:?}"),
+        }
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn unknown_commands_and_arity_like_redis() {
+        assert_eq!(error("FOO a b"), "ERR unknown command 'FOO', with args beginning with: 'a' 'b' ");
+        assert_eq!(error("foo"), "ERR unknown command 'foo', with args beginning with: ");
+        let long = format!("x {}", "a".repeat(300));
+        assert_eq!(error(&long), format!("ERR unknown command 'x', with args beginning with: '{}' ", "a".repeat(128)));
+        assert_eq!(error("GET"), "ERR wrong number of arguments for 'get' command");
+        assert_eq!(error("get a b"), "ERR wrong number of arguments for 'get' command");
+        assert_eq!(error("MSET a"), "ERR wrong number of arguments for 'mset' command");
+        assert_eq!(error("MSET a 1 b"), "ERR wrong number of arguments for 'mset' command");
+        assert_eq!(error("HSET h f"), "ERR wrong number of arguments for 'hset' command");
+        assert_eq!(error("HSET h f v g"), "ERR wrong number of arguments for 'hset' command");
+        assert!(matches!(tr("ping"), Translated::Local(s) if s.name == "ping"));
+        assert!(matches!(tr("CoNfIg GET save"), Translated::Local(s) if s.name == "config"));
+    }
+
+    #[test]
+    fn set_options() {
+        assert_eq!(
+            op("SET k v"),
+            Op::Set {
+                key: b("k"),
+                value: b("v"),
+                cond: SetCond::Always,
+                expire_at_ms: None,
+                keep_ttl: false,
+                get: false
+            }
+        );
+        assert_eq!(
+            op("set k v nx px 1500 get"),
+            Op::SetWithTtl { key: b("k"), value: b("v"), cond: SetCond::IfAbsent, ttl_ms: 1500, get: true }
+        );
+        assert_eq!(
+            op("SET k v XX EX 2"),
+            Op::SetWithTtl { key: b("k"), value: b("v"), cond: SetCond::IfPresent, ttl_ms: 2000, get: false }
+        );
+        assert_eq!(
+            op("SET k v PXAT 123456"),
+            Op::Set {
+                key: b("k"),
+                value: b("v"),
+                cond: SetCond::Always,
+                expire_at_ms: Some(123456),
+                keep_ttl: false,
+                get: false
+            }
+        );
+        assert!(matches!(op("SET k v KEEPTTL"), Op::Set { keep_ttl: true, .. }));
+        assert_eq!(error("SET k v NX XX"), "ERR syntax error");
+        assert_eq!(error("SET k v EX 1 PX 1"), "ERR syntax error");
+        assert_eq!(error("SET k v EX 1 KEEPTTL"), "ERR syntax error");
+        assert_eq!(error("SET k v EX"), "ERR syntax error");
+        assert_eq!(error("SET k v BOGUS"), "ERR syntax error");
+        assert_eq!(error("SET k v EX 0"), "ERR invalid expire time in 'set' command");
+        assert_eq!(error("SET k v PX -5"), "ERR invalid expire time in 'set' command");
+        assert_eq!(error("SET k v EX 9223372036854775807"), "ERR invalid expire time in 'set' command");
+        assert_eq!(error("SET k v EX ten"), "ERR value is not an integer or out of range");
+        assert_eq!(error("SETEX k 0 v"), "ERR invalid expire time in 'setex' command");
+        assert!(matches!(op("PSETEX k 250 v"), Op::SetWithTtl { ttl_ms: 250, .. }));
+    }
+
+    #[test]
+    fn counters_hashes_multi_key_and_scan() {
+        assert_eq!(op("INCRBY n -3"), Op::IncrBy { key: b("n"), by: -3 });
+        assert_eq!(op("DECRBY n 3"), Op::IncrBy { key: b("n"), by: -3 });
+        assert_eq!(error("DECRBY n -9223372036854775808"), "ERR decrement would overflow");
+        assert_eq!(error("INCRBY n 1.5"), "ERR value is not an integer or out of range");
+        assert_eq!(op("MSET a 1 b 2"), Op::MultiPut { pairs: vec![(b("a"), b("1")), (b("b"), b("2"))] });
+        assert_eq!(op("DEL a b"), Op::MultiDelete { keys: vec![b("a"), b("b")] });
+        assert_eq!(op("HMSET h f 1 g 2"), Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("1")), (b("g"), b("2"))] });
+        assert_eq!(op("HEXISTS h f"), Op::HashGet { key: b("h"), fields: vec![b("f")] });
+        assert_eq!(op("SCAN 0"), Op::KeyScan { after: Bytes::new(), pattern: None, count: 10 });
+        assert_eq!(
+            op("scan 0 match u:* count 100"),
+            Op::KeyScan { after: Bytes::new(), pattern: Some(b("u:*")), count: 100 }
+        );
+        assert_eq!(error("SCAN x"), "ERR invalid cursor");
+        assert_eq!(error("SCAN 12345"), "ERR invalid cursor");
+        assert_eq!(error("SCAN 0 COUNT 0"), "ERR syntax error");
+        assert_eq!(error("SCAN 0 MATCH"), "ERR syntax error");
+        // A cursor handed out by a reply continues after its key.
+        let cursors = Cursors::new(10);
+        let reply = render(Shape::Scan, OpResult::Keys { keys: vec![b("a")], next: Some(b("a")) }, &cursors);
+        let RespValue::Array(parts) = reply else { panic!() };
+        let RespValue::Bulk(cursor) = &parts[0] else { panic!() };
+        let next = translate(&[b("SCAN"), cursor.clone()], &cursors);
+        assert!(matches!(next, Translated::Data { op: Op::KeyScan { after, .. }, .. } if after == b("a")));
+        assert_eq!(
+            render(Shape::Scan, OpResult::Keys { keys: vec![], next: None }, &cursors),
+            RespValue::Array(vec![RespValue::text("0"), RespValue::Array(vec![])])
+        );
+    }
+
+    #[test]
+    fn rendering() {
+        let c = Cursors::new(10);
+        assert_eq!(render(Shape::Set, OpResult::Applied(false), &c), RespValue::Null);
+        assert_eq!(render(Shape::Set, OpResult::Value(Some(b("old"))), &c), RespValue::bulk("old"));
+        assert_eq!(render(Shape::SetNx, OpResult::Applied(true), &c), RespValue::Int(1));
+        assert_eq!(render(Shape::FirstExists, OpResult::Values(vec![None]), &c), RespValue::Int(0));
+        assert_eq!(
+            render(Shape::Int, OpResult::Error(synod_core::kv::WRONGTYPE.into()), &c),
+            RespValue::Error(synod_core::kv::WRONGTYPE.into())
+        );
+        assert_eq!(render(Shape::Status, OpResult::Text("hash".into()), &c), RespValue::Simple("hash".into()));
+        assert!(render(Shape::Bulk, OpResult::Int(1), &c).is_error());
+    }
+
+    #[test]
+    fn cursor_table_is_bounded() {
+        let c = Cursors::new(2);
+        let first = c.register(b("a"));
+        let second = c.register(b("b"));
+        let third = c.register(b("c"));
+        assert_eq!(c.lookup(first), None);
+        assert_eq!(c.lookup(second), Some(b("b")));
+        assert_eq!(c.lookup(third), Some(b("c")));
+        assert_ne!(first, 0);
+    }
+
+    #[test]
+    fn every_command_has_a_consistent_table_row() {
+        for s in COMMANDS {
+            assert_eq!(lookup(s.name.to_uppercase().as_bytes()).map(|x| x.name), Some(s.name));
+            if !s.group.is_local() || s.name == "dbsize" {
+                // Every data command translates with its minimal arguments.
+                let n = s.arity.unsigned_abs() as usize;
+                let mut a: Vec<Bytes> = vec![b(s.name)];
+                // "0" is a valid SCAN cursor, "1" a valid TTL, count, key or value.
+                let arg = if s.name == "scan" { "0" } else { "1" };
+                a.extend((1..n).map(|_| b(arg)));
+                let t = translate(&a, &Cursors::new(1));
+                assert!(matches!(t, Translated::Data { .. }), "{}: {t:?}", s.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! One RESP connection.
+//!
+//! A connection is one *session* of the exactly-once protocol: a random client id, and one
+//! sequence number per data command. Pipelining: everything readable is parsed and submitted
+//! at once (up to [`MAX_INFLIGHT`] commands or `max_frame_bytes` of payload in flight; beyond
+//! that the connection stops reading its socket, which is TCP backpressure), and replies
+//! leave strictly in request order — a queue of slots, each either a ready reply or a
+//! sequence number still waiting for its result.
+//!
+//! Where a command goes: to this replica's node loop when it is the leader (or the protocol
+//! is leaderless, or no leader is known), else straight to the leader's native client port
+//! through the [`Forwarder`](super::forward::Forwarder). A `NotLeader { leader }` answer
+//! re-sends the same command (same seq) to that leader; no leader, a failed forwarding
+//! connection, a rejection or an attempt without an answer within `attempt_timeout` retries
+//! after a growing, jittered backoff. Only after `give_up_after` does the client get
+//! `-TRYAGAIN`. Because every retry carries the same (client, seq), a command is applied at
+//! most once however many times it is sent.
+
+use super::commands::{self, Shape, Translated};
+use super::forward::FwdEvent;
+use super::parse::RequestParser;
+use super::reply::RespValue;
+use super::server;
+use super::RespShared;
+use crate::client::{ClientInput, REPLY_QUEUE};
+use anyhow::Context as _;
+use bytes::{Bytes, BytesMut};
+use rand::Rng as _;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use synod_core::wire::ServerMsg;
+use synod_core::{Command, NodeId, Op, Reply, ReplyBody, Role};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Data commands submitted and not yet answered, per connection.
+pub const MAX_INFLIGHT: usize = 1024;
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// How often pending commands are checked for timeouts and due retries.
+const TICK: Duration = Duration::from_millis(20);
+
+/// A place in the reply order.
+/// Each carries the protocol version in force when its command ran (HELLO may change it
+/// in the middle of a pipeline).
+enum Slot {
+    Ready(RespValue, u8),
+    /// The result of this sequence number, once it arrives.
+    Wait(u64, u8),
+    /// QUIT: flush what came before, then close.
+    Close,
+}
+
+/// A data command on its way through the log.
+struct Pending {
+    cmd: Command,
+    shape: Shape,
+    size: usize,
+    started: Instant,
+    /// When the current attempt is considered lost.
+    deadline: Instant,
+    /// Set while waiting to retry after a backoff.
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    /// Leader named by the last `NotLeader` answer.
+    hint: Option<NodeId>,
+    redirects: u32,
+    last_error: String,
+}
+
+/// Per-connection state visible to the local commands (CLIENT, HELLO, AUTH …).
+pub struct ConnState {
+    pub id: u64,
+    pub peer: SocketAddr,
+    /// 2 or 3 (HELLO).
+    pub proto: u8,
+    pub authed: bool,
+    pub name: Option<Bytes>,
+    pub lib_name: Option<Bytes>,
+    pub lib_ver: Option<Bytes>,
+}
+
+struct Conn<'a> {
+    shared: &'a RespShared,
+    st: ConnState,
+    session: u64,
+    next_seq: u64,
+    out: VecDeque<Slot>,
+    pending: BTreeMap<u64, Pending>,
+    /// Results that arrived before the replies ahead of them.
+    done: HashMap<u64, RespValue>,
+    inflight_bytes: usize,
+    fwd_tx: mpsc::UnboundedSender<FwdEvent>,
+    closing: bool,
+}
+
+/// Serve one connection until the client leaves, sends QUIT, or breaks the framing.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespShared) -> anyhow::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let (local_tx, mut local_rx) = mpsc::channel(REPLY_QUEUE);
+    let (fwd_tx, mut fwd_rx) = mpsc::unbounded_channel();
+    if shared.inbox.send(ClientInput::Open { conn: id, replies: local_tx }).await.is_err() {
+        return Ok(()); // shutting down
+    }
+    let mut session = 0;
+    while session == 0 {
+        session = rand::thread_rng().gen();
+    }
+    let mut c = Conn {
+        shared,
+        st: ConnState {
+            id,
+            peer,
+            proto: 2,
+            authed: shared.password.is_none(),
+            name: None,
+            lib_name: None,
+            lib_ver: None,
+        },
+        session,
+        next_seq: 1,
+        out: VecDeque::new(),
+        pending: BTreeMap::new(),
+        done: HashMap::new(),
+        inflight_bytes: 0,
+        fwd_tx,
+        closing: false,
+    };
+    let mut parser = RequestParser::new(shared.limits.max_frame_bytes);
+    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut wbuf = BytesMut::with_capacity(16 * 1024);
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let result = async {
+        loop {
+            // Parse and submit everything complete, as far as the in-flight limits allow.
+            while !c.closing && c.has_room() {
+                match parser.next(&mut rbuf) {
+                    Ok(Some(args)) => c.request(args).await,
+                    Ok(None) => break,
+                    Err(e) => {
+                        c.ready(RespValue::err(format!("ERR {e}")));
+                        c.out.push_back(Slot::Close);
+                        c.closing = true;
+                    }
+                }
+            }
+            if c.flush(&mut wbuf) {
+                wr.write_all(&wbuf).await.context("writing replies")?;
+                return Ok(());
+            }
+            if !wbuf.is_empty() {
+                wr.write_all(&wbuf).await.context("writing replies")?;
+                wbuf.clear();
+            }
+            let can_read = !c.closing && c.has_room();
+            tokio::select! {
+                n = rd.read_buf(&mut rbuf), if can_read => {
+                    if n.context("reading requests")? == 0 {
+                        return Ok(());
+                    }
+                }
+                Some(msg) = local_rx.recv() => {
+                    if let ServerMsg::Reply(r) = msg {
+                        c.reply(r).await;
+                    }
+                }
+                Some(ev) = fwd_rx.recv() => match ev {
+                    FwdEvent::Reply(r) => c.reply(r).await,
+                    FwdEvent::Failed { seq, reason } => c.retry_later(seq, reason),
+                },
+                _ = tick.tick(), if !c.pending.is_empty() => c.check_timeouts().await,
+            }
+        }
+    }
+    .await;
+    let _ = shared.inbox.send(ClientInput::Closed { conn: id }).await;
+    result
+}
+
+impl Conn<'_> {
+    fn has_room(&self) -> bool {
+        self.pending.len() < MAX_INFLIGHT && self.inflight_bytes < self.shared.limits.max_frame_bytes
+    }
+
+    /// One parsed request.
+    async fn request(&mut self, args: Vec<Bytes>) {
+        self.shared.stats.total_commands.fetch_add(1, Ordering::Relaxed);
+        // Redis's order of checks: unknown command, arity, authentication, then the command.
+        let Some(spec) = commands::lookup(&args[0]) else {
+            return self.ready(commands::unknown_command(&args));
+        };
+        if !spec.arity_ok(args.len()) {
+            return self.ready(commands::wrong_arity(spec.name));
+        }
+        if !self.st.authed && !matches!(spec.name, "auth" | "hello" | "quit") {
+            return self.ready(RespValue::err("NOAUTH Authentication required."));
+        }
+        match commands::translate(&args, &self.shared.cursors) {
+            Translated::Reply(v) => self.ready(v),
+            Translated::Local(spec) => match server::local(spec, &args, &mut self.st, self.shared) {
+                server::Outcome::Reply(v) => self.ready(v),
+                server::Outcome::Quit => {
+                    self.ready(RespValue::ok());
+                    self.out.push_back(Slot::Close);
+                    self.closing = true;
+                }
+            },
+            Translated::Data { op, shape } => self.submit(op, shape).await,
+        }
+    }
+
+    fn ready(&mut self, v: RespValue) {
+        self.out.push_back(Slot::Ready(v, self.st.proto));
+    }
+
+    async fn submit(&mut self, op: Op, shape: Shape) {
+        self.shared.metrics.client_requests.increment(1);
+        if let Err(e) = op.validate(&self.shared.limits) {
+            self.shared.metrics.client_invalid.increment(1);
+            return self.ready(RespValue::err(format!("ERR {e}; nothing was applied")));
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        // Everything below the oldest unanswered command has its result here already.
+        let acked_below = self.pending.keys().next().copied().unwrap_or(seq);
+        let size = op.size();
+        let cmd = Command { client: self.session, seq, acked_below, now_ms: 0, op };
+        let now = Instant::now();
+        self.pending.insert(
+            seq,
+            Pending {
+                cmd,
+                shape,
+                size,
+                started: now,
+                deadline: now + self.shared.attempt_timeout,
+                retry_at: None,
+                backoff: BACKOFF_MIN,
+                hint: None,
+                redirects: 0,
+                last_error: String::new(),
+            },
+        );
+        self.inflight_bytes += size;
+        self.out.push_back(Slot::Wait(seq, self.st.proto));
+        self.attempt(seq).await;
+    }
+
+    /// Where the next attempt goes: the leader named by the last redirect, else the leader
+    /// this replica knows of, else here.
+    fn target(&self, hint: Option<NodeId>) -> Option<NodeId> {
+        let me = self.shared.me;
+        let forwardable = |n: NodeId| n != me && self.shared.forwarder.knows(n);
+        if let Some(h) = hint {
+            return if forwardable(h) { Some(h) } else { None };
+        }
+        let status = self.shared.status.borrow();
+        match (status.role, status.leader) {
+            (Role::Leader | Role::Replica, _) => None,
+            (_, Some(l)) if forwardable(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Send (or re-send) a pending command.
+    async fn attempt(&mut self, seq: u64) {
+        let Some(p) = self.pending.get_mut(&seq) else { return };
+        p.retry_at = None;
+        p.deadline = Instant::now() + self.shared.attempt_timeout;
+        let hint = p.hint;
+        let cmd = p.cmd.clone();
+        match self.target(hint) {
+            None => {
+                let input = ClientInput::Request { conn: self.st.id, cmd };
+                if self.shared.inbox.send(input).await.is_err() {
+                    self.retry_later(seq, "replica shutting down".into());
+                }
+            }
+            Some(node) => {
+                self.shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = self.shared.forwarder.send(node, cmd, &self.fwd_tx) {
+                    self.retry_later(seq, e);
+                }
+            }
+        }
+    }
+
+    /// Try again after a jittered, growing backoff.
+    fn retry_later(&mut self, seq: u64, reason: String) {
+        let Some(p) = self.pending.get_mut(&seq) else { return };
+        let jitter = rand::thread_rng().gen_range(0..=p.backoff.as_micros() as u64 / 2);
+        p.retry_at = Some(Instant::now() + p.backoff + Duration::from_micros(jitter));
+        p.backoff = (p.backoff * 2).min(BACKOFF_MAX);
+        p.hint = None;
+        p.last_error = reason;
+    }
+
+    /// A reply from the node loop or from a forwarding connection.
+    async fn reply(&mut self, r: Reply) {
+        if r.client != self.session {
+            return;
+        }
+        let Some(p) = self.pending.get_mut(&r.seq) else { return }; // answered already
+        match r.body {
+            ReplyBody::Done(result) => {
+                let v = commands::render(p.shape, result, &self.shared.cursors);
+                self.finish(r.seq, v);
+            }
+            ReplyBody::Invalid { reason } => self.finish(r.seq, RespValue::err(format!("ERR {reason}"))),
+            ReplyBody::Rejected { reason } => self.retry_later(r.seq, format!("rejected by node {}: {reason}", r.from)),
+            ReplyBody::NotLeader { leader: Some(l) } if l != r.from && p.redirects < 8 => {
+                p.redirects += 1;
+                p.hint = Some(l);
+                p.last_error = format!("node {} redirected to node {l}", r.from);
+                self.attempt(r.seq).await;
+            }
+            ReplyBody::NotLeader { leader } => {
+                let why = match leader {
+                    Some(l) => format!("node {} names node {l} as leader, which keeps redirecting", r.from),
+                    None => format!("node {} knows no leader (election in progress?)", r.from),
+                };
+                self.retry_later(r.seq, why);
+            }
+            ReplyBody::Speculative { .. } => self.finish(
+                r.seq,
+                RespValue::err("ERR speculative replies (Nezha fast path) are not supported by the RESP front end"),
+            ),
+        }
+    }
+
+    fn finish(&mut self, seq: u64, v: RespValue) {
+        if let Some(p) = self.pending.remove(&seq) {
+            self.inflight_bytes -= p.size;
+            self.done.insert(seq, v);
+        }
+    }
+
+    async fn check_timeouts(&mut self) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let mut expired = Vec::new();
+        for (seq, p) in &mut self.pending {
+            if now.duration_since(p.started) >= self.shared.give_up_after {
+                expired.push((*seq, p.last_error.clone()));
+            } else if p.retry_at.is_some_and(|t| t <= now) {
+                due.push(*seq);
+            } else if p.retry_at.is_none() && now >= p.deadline {
+                p.last_error = format!("no answer within {:?}", self.shared.attempt_timeout);
+                p.hint = None;
+                due.push(*seq);
+            }
+        }
+        for (seq, last) in expired {
+            let msg = format!(
+                "TRYAGAIN no answer from the cluster within {:?} (last: {last}); the command may or may not have been applied",
+                self.shared.give_up_after
+            );
+            self.finish(seq, RespValue::err(msg));
+        }
+        for seq in due {
+            self.attempt(seq).await;
+        }
+    }
+
+    /// Encode every reply that is ready, in order, into `out`. Returns true when a QUIT (or a
+    /// protocol error) was reached: `out` then holds the last bytes to send.
+    fn flush(&mut self, out: &mut BytesMut) -> bool {
+        while let Some(slot) = self.out.front() {
+            match slot {
+                Slot::Ready(..) => {
+                    if let Some(Slot::Ready(v, proto)) = self.out.pop_front() {
+                        v.encode(proto, out);
+                    }
+                }
+                Slot::Wait(seq, proto) => match self.done.remove(seq) {
+                    Some(v) => {
+                        v.encode(*proto, out);
+                        self.out.pop_front();
+                    }
+                    None => return false,
+                },
+                Slot::Close => return true,
+            }
+        }
+        false
+    }
+}

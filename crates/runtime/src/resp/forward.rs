@@ -1,0 +1,173 @@
+//! Forwarding commands to the leader over the native client protocol.
+//!
+//! redis-cli, redis-benchmark and redis-py (outside cluster mode) do not follow `MOVED`
+//! redirects, so a RESP connection on a follower hands its commands to the leader itself: the
+//! *same* `Command` (same session id and sequence number) goes to the leader's native client
+//! port, which is exactly what a native client would send. A retry after a failure or a
+//! leader change therefore stays exactly-once: the state machine answers a repeated
+//! (client, seq) with the original result.
+//!
+//! One multiplexed connection per target replica, shared by every RESP connection of this
+//! listener: requests are written as they come, replies are routed back by (client, seq).
+//! When the connection fails every waiting request is told so at once (its RESP connection
+//! retries); a connection that has requests outstanding but has been silent for
+//! [`SILENCE_LIMIT`] is dropped the same way.
+
+use bytes::BytesMut;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+use synod_core::wire::{self, ClientMsg, ServerMsg, CLIENT_MAGIC};
+use synod_core::{Command, NodeId, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::debug;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// A forwarding connection with requests outstanding and nothing received for this long is
+/// considered dead.
+pub const SILENCE_LIMIT: Duration = Duration::from_secs(5);
+/// Requests queued towards one replica before `send` refuses (the caller retries later).
+const QUEUE: usize = 8192;
+
+/// What comes back to the RESP connection that forwarded a command.
+#[derive(Debug)]
+pub enum FwdEvent {
+    Reply(Reply),
+    /// The command may not have reached the target (or its reply was lost); retry it.
+    Failed {
+        seq: u64,
+        reason: String,
+    },
+}
+
+struct FwdReq {
+    cmd: Command,
+    back: mpsc::UnboundedSender<FwdEvent>,
+}
+
+/// Connections to the other replicas' native client ports.
+pub struct Forwarder {
+    addrs: HashMap<NodeId, SocketAddr>,
+    max_frame: usize,
+    conns: Mutex<HashMap<NodeId, mpsc::Sender<FwdReq>>>,
+}
+
+impl Forwarder {
+    pub fn new(addrs: HashMap<NodeId, SocketAddr>, max_frame: usize) -> Forwarder {
+        Forwarder { addrs, max_frame, conns: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn knows(&self, node: NodeId) -> bool {
+        self.addrs.contains_key(&node)
+    }
+
+    /// Queue `cmd` for `node`; its reply (or failure) arrives on `back`. An error means it was
+    /// not queued at all.
+    pub fn send(&self, node: NodeId, cmd: Command, back: &mpsc::UnboundedSender<FwdEvent>) -> Result<(), String> {
+        let addr = *self.addrs.get(&node).ok_or_else(|| format!("node {node} is not a member"))?;
+        let tx = {
+            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            match conns.get(&node) {
+                Some(tx) if !tx.is_closed() => tx.clone(),
+                _ => {
+                    let (tx, rx) = mpsc::channel(QUEUE);
+                    tokio::spawn(run_connection(addr, self.max_frame, rx));
+                    conns.insert(node, tx.clone());
+                    tx
+                }
+            }
+        };
+        tx.try_send(FwdReq { cmd, back: back.clone() }).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => format!("forwarding queue to node {node} is full"),
+            mpsc::error::TrySendError::Closed(_) => format!("forwarding connection to node {node} closed"),
+        })
+    }
+}
+
+/// One forwarding connection: runs until it fails or the forwarder is dropped, then fails
+/// whatever is outstanding or still queued.
+async fn run_connection(addr: SocketAddr, max_frame: usize, mut rx: mpsc::Receiver<FwdReq>) {
+    let mut waiters: HashMap<(u64, u64), mpsc::UnboundedSender<FwdEvent>> = HashMap::new();
+    let reason = serve(addr, max_frame, &mut rx, &mut waiters).await;
+    debug!(%addr, "forwarding connection closed: {reason}");
+    rx.close();
+    while let Ok(req) = rx.try_recv() {
+        let _ = req.back.send(FwdEvent::Failed { seq: req.cmd.seq, reason: reason.clone() });
+    }
+    for ((_, seq), back) in waiters {
+        let _ = back.send(FwdEvent::Failed { seq, reason: reason.clone() });
+    }
+}
+
+async fn serve(
+    addr: SocketAddr,
+    max_frame: usize,
+    rx: &mut mpsc::Receiver<FwdReq>,
+    waiters: &mut HashMap<(u64, u64), mpsc::UnboundedSender<FwdEvent>>,
+) -> String {
+    let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return format!("cannot connect to {addr}: {e}"),
+        Err(_) => return format!("connecting to {addr} timed out"),
+    };
+    let _ = stream.set_nodelay(true);
+    if let Err(e) = stream.write_all(CLIENT_MAGIC).await {
+        return format!("writing to {addr}: {e}");
+    }
+    let (mut rd, mut wr) = stream.into_split();
+    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut wbuf = BytesMut::with_capacity(16 * 1024);
+    let mut last_heard = Instant::now();
+    let mut check = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            req = rx.recv() => {
+                let Some(req) = req else { return "forwarder dropped".into() };
+                wbuf.clear();
+                let mut next = Some(req);
+                while let Some(req) = next {
+                    if waiters.is_empty() {
+                        last_heard = Instant::now();
+                    }
+                    wbuf.extend_from_slice(&wire::frame(&ClientMsg::Request(req.cmd.clone())));
+                    waiters.insert((req.cmd.client, req.cmd.seq), req.back);
+                    next = if wbuf.len() < 1 << 20 { rx.try_recv().ok() } else { None };
+                }
+                if let Err(e) = wr.write_all(&wbuf).await {
+                    return format!("writing to {addr}: {e}");
+                }
+            }
+            n = rd.read_buf(&mut rbuf) => {
+                match n {
+                    Ok(0) => return format!("{addr} closed the connection"),
+                    Ok(_) => last_heard = Instant::now(),
+                    Err(e) => return format!("reading from {addr}: {e}"),
+                }
+                loop {
+                    match wire::take_frame(&mut rbuf, max_frame) {
+                        Ok(Some(payload)) => match wire::decode_payload::<ServerMsg>(&payload) {
+                            Ok(ServerMsg::Reply(r)) => {
+                                if let Some(back) = waiters.remove(&(r.client, r.seq)) {
+                                    let _ = back.send(FwdEvent::Reply(r));
+                                }
+                            }
+                            Ok(ServerMsg::Status(_)) => {}
+                            Err(e) => return format!("bad reply from {addr}: {e}"),
+                        },
+                        Ok(None) => break,
+                        Err(e) => return format!("bad reply from {addr}: {e}"),
+                    }
+                }
+            }
+            _ = check.tick() => {
+                if !waiters.is_empty() && last_heard.elapsed() > SILENCE_LIMIT {
+                    return format!("{addr} silent for {SILENCE_LIMIT:?} with requests outstanding");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The Redis-compatible front end: RESP2 and RESP3 (`HELLO 3`) on every replica that has a
+//! `resp_addr`, so redis-cli, redis-benchmark, redis-py, Jedis/YCSB … become clients of the
+//! replicated store, whatever protocol runs underneath. See `docs/redis.md` for the design
+//! decisions and the command list.
+//!
+//! - [`parse`]: requests (multibulk and inline), bounded and incremental;
+//! - [`commands`]: the command table and the translation of data commands into one [`Op`]
+//!   each (multi-key commands are one log entry, hence atomic);
+//! - [`conn`]: one task per connection: a *session* of the exactly-once protocol (random
+//!   client id, one sequence number per command), pipelining with replies in request order,
+//!   retries and forwarding to the leader;
+//! - [`forward`]: the connections to the other replicas' native client ports used for that;
+//! - [`server`]: what the connection answers itself (PING, HELLO, AUTH, INFO, COMMAND, …);
+//! - [`reply`]: reply values and their RESP2/RESP3 encodings (`redis-protocol`).
+//!
+//! [`Op`]: synod_core::Op
+
+pub mod commands;
+pub mod conn;
+pub mod forward;
+pub mod parse;
+pub mod reply;
+pub mod server;
+
+use crate::client::ClientInput;
+use crate::config::NodeConfig;
+use crate::metrics::NodeMetrics;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use synod_core::{Limits, NodeId, Status};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+/// Counters shown by INFO.
+#[derive(Debug, Default)]
+pub struct RespStats {
+    pub connected: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub total_commands: AtomicU64,
+    pub forwarded: AtomicU64,
+}
+
+/// Everything the connections of one RESP listener share.
+pub struct RespShared {
+    pub me: NodeId,
+    pub protocol: String,
+    pub limits: Limits,
+    /// `requirepass`: connections must AUTH (or HELLO … AUTH) first.
+    pub password: Option<String>,
+    pub in_memory: bool,
+    pub fsync: String,
+    pub resp_addr: SocketAddr,
+    /// RESP address of each member that has one (INFO shows the leader's).
+    pub resp_addrs: HashMap<NodeId, SocketAddr>,
+    pub inbox: mpsc::Sender<ClientInput>,
+    pub status: watch::Receiver<Status>,
+    pub metrics: NodeMetrics,
+    /// Connection ids, shared with the native listener: the node loop keys replies by them.
+    pub next_conn: Arc<AtomicU64>,
+    pub forwarder: forward::Forwarder,
+    pub cursors: commands::Cursors,
+    pub stats: RespStats,
+    pub started: Instant,
+    /// Per-command retry budget before the client is told `TRYAGAIN`.
+    pub give_up_after: Duration,
+    /// One attempt (local submit or forward) without an answer for this long is retried.
+    pub attempt_timeout: Duration,
+}
+
+impl RespShared {
+    /// The shared state of the listener of `config`'s replica (whose `resp_addr` is `addr`).
+    pub fn new(
+        config: &NodeConfig,
+        addr: SocketAddr,
+        inbox: mpsc::Sender<ClientInput>,
+        status: watch::Receiver<Status>,
+        metrics: NodeMetrics,
+        next_conn: Arc<AtomicU64>,
+    ) -> RespShared {
+        let clients = config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.client_addr)).collect();
+        RespShared {
+            me: config.id,
+            protocol: config.protocol.clone(),
+            limits: config.limits,
+            password: config.password.clone(),
+            in_memory: config.in_memory,
+            fsync: config.fsync.to_string(),
+            resp_addr: addr,
+            resp_addrs: config.members.iter().filter_map(|m| Some((m.id, m.resp_addr?))).collect(),
+            inbox,
+            status,
+            metrics,
+            next_conn,
+            forwarder: forward::Forwarder::new(clients, config.limits.max_frame_bytes),
+            cursors: commands::Cursors::new(commands::MAX_CURSORS),
+            stats: RespStats::default(),
+            started: Instant::now(),
+            give_up_after: Duration::from_secs(20),
+            attempt_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Accept RESP connections until the task is aborted (which closes them all).
+pub async fn serve(listener: TcpListener, shared: RespShared) {
+    let shared = Arc::new(shared);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, addr)) => {
+                    let shared = shared.clone();
+                    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+                    conns.spawn(async move {
+                        shared.stats.connected.fetch_add(1, Ordering::Relaxed);
+                        shared.stats.total_connections.fetch_add(1, Ordering::Relaxed);
+                        match conn::serve(stream, addr, id, &shared).await {
+                            Ok(()) => debug!(%addr, id, "RESP client disconnected"),
+                            Err(e) => debug!(%addr, id, "RESP connection ended: {e:#}"),
+                        }
+                        shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
+                    });
+                }
+                Err(e) => {
+                    warn!("RESP listener: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next() => {}
+        }
+    }
+}

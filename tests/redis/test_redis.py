@@ -1,0 +1,252 @@
+"""redis-py against synod's Redis front end.
+
+Run by scripts/redis-tests.sh, which starts the clusters and passes their ports:
+  SYNOD_RESP_PORTS  comma-separated RESP ports of a 3-replica cluster (no password)
+  SYNOD_AUTH_PORT   RESP port of a replica configured with a password
+  SYNOD_PASSWORD    that password
+Every test uses keys under its own random prefix, so the suite can run against a cluster
+that already holds data.
+"""
+
+import os
+import time
+import uuid
+
+import pytest
+import redis
+
+PORTS = [int(p) for p in os.environ.get("SYNOD_RESP_PORTS", "7401,7402,7403").split(",")]
+AUTH_PORT = int(os.environ.get("SYNOD_AUTH_PORT", "0"))
+PASSWORD = os.environ.get("SYNOD_PASSWORD", "")
+
+
+def client(port=None, **kw):
+    return redis.Redis(host="127.0.0.1", port=port or PORTS[0], socket_timeout=30, **kw)
+
+
+@pytest.fixture
+def r():
+    c = client(decode_responses=True)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def p():
+    """A unique key prefix per test."""
+    return f"t:{uuid.uuid4().hex[:10]}:"
+
+
+def test_strings(r, p):
+    assert r.set(p + "a", "1") is True
+    assert r.get(p + "a") == "1"
+    assert r.get(p + "missing") is None
+    assert r.incr(p + "a") == 2
+    assert r.incrby(p + "a", 10) == 12
+    assert r.decr(p + "a") == 11
+    assert r.decrby(p + "a", 5) == 6
+    assert r.append(p + "s", "ab") == 2
+    assert r.append(p + "s", "cd") == 4
+    assert r.strlen(p + "s") == 4
+    assert r.getset(p + "s", "new") == "abcd"
+    assert r.getdel(p + "s") == "new"
+    assert r.get(p + "s") is None
+    assert r.setnx(p + "n", "x") is True
+    assert r.setnx(p + "n", "y") is False
+    assert r.mset({p + "m1": "v1", p + "m2": "v2"}) is True
+    assert r.mget([p + "m1", p + "nope", p + "m2"]) == ["v1", None, "v2"]
+    assert r.exists(p + "m1", p + "m2", p + "nope") == 2
+    assert r.delete(p + "m1", p + "m2", p + "nope") == 2
+    assert r.type(p + "a") == "string"
+    assert r.type(p + "nope") == "none"
+
+
+def test_set_options(r, p):
+    k = p + "k"
+    assert r.set(k, "v1", xx=True) is None
+    assert r.set(k, "v1", nx=True) is True
+    assert r.set(k, "v2", nx=True) is None
+    assert r.get(k) == "v1"
+    assert r.set(k, "v3", xx=True, get=True) == "v1"
+    assert r.set(p + "fresh", "x", get=True) is None
+    assert r.get(k) == "v3"
+
+
+def test_expiry_with_px_and_ex(r, p):
+    assert r.set(p + "px", "short", px=300) is True
+    assert r.set(p + "ex", "long", ex=100) is True
+    assert r.psetex(p + "ps", 300, "short") is True
+    assert r.get(p + "px") == "short"
+    time.sleep(0.8)
+    assert r.get(p + "px") is None
+    assert r.get(p + "ps") is None
+    assert r.get(p + "ex") == "long"
+    # KEEPTTL keeps the expiry, a plain SET clears it.
+    r.set(p + "kt", "a", px=300)
+    r.set(p + "kt", "b", keepttl=True)
+    r.set(p + "plain", "a", px=300)
+    r.set(p + "plain", "b")
+    time.sleep(0.8)
+    assert r.get(p + "kt") is None
+    assert r.get(p + "plain") == "b"
+
+
+def test_hashes(r, p):
+    h = p + "h"
+    assert r.hset(h, mapping={"f1": "a", "f2": "b"}) == 2
+    assert r.hset(h, "f1", "c") == 0
+    assert r.hget(h, "f1") == "c"
+    assert r.hget(h, "nope") is None
+    assert r.hmget(h, ["f1", "nope", "f2"]) == ["c", None, "b"]
+    assert r.hgetall(h) == {"f1": "c", "f2": "b"}
+    assert r.hgetall(p + "nohash") == {}
+    assert r.hexists(h, "f2") is True
+    assert r.hexists(h, "zz") is False
+    assert r.hlen(h) == 2
+    assert sorted(r.hkeys(h)) == ["f1", "f2"]
+    assert sorted(r.hvals(h)) == ["b", "c"]
+    assert r.execute_command("HMSET", h, "f3", "x", "f4", "y") in (True, "OK")
+    assert r.hlen(h) == 4
+    assert r.hdel(h, "f1", "f2", "zz") == 2
+    assert r.type(h) == "hash"
+    assert r.hdel(h, "f3", "f4") == 2
+    assert r.exists(h) == 0
+
+
+def test_errors_keep_the_connection_usable(r, p):
+    r.set(p + "s", "text")
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        r.hset(p + "s", "f", "v")
+    r.hset(p + "h", "f", "v")
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        r.get(p + "h")
+    with pytest.raises(redis.ResponseError, match="value is not an integer or out of range"):
+        r.incr(p + "s")
+    with pytest.raises(redis.ResponseError) as e:
+        r.execute_command("FOOBAR", "a", "b")
+    assert str(e.value) == "unknown command 'FOOBAR', with args beginning with: 'a' 'b' "
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'get' command"):
+        r.execute_command("GET")
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        r.execute_command("SET", p + "x", "v", "NX", "XX")
+    with pytest.raises(redis.ResponseError, match="invalid expire time"):
+        r.execute_command("SET", p + "x", "v", "EX", "0")
+    with pytest.raises(redis.ResponseError, match="DB index is out of range"):
+        r.execute_command("SELECT", "1")
+    assert r.execute_command("SELECT", "0") in (True, "OK")
+    assert r.ping() is True
+    assert r.get(p + "s") == "text"
+
+
+def test_oversized_value_is_refused_and_nothing_applied(r, p):
+    big = "x" * (16 * 1024 * 1024 + 1)  # limits.max_value_bytes defaults to 16 MiB
+    with pytest.raises(redis.ResponseError, match="exceeds the limit"):
+        r.set(p + "big", big)
+    assert r.exists(p + "big") == 0
+    assert r.ping() is True
+
+
+def test_pipeline_without_transaction_keeps_order(r, p):
+    pipe = r.pipeline(transaction=False)
+    for i in range(500):
+        pipe.set(f"{p}{i}", str(i))
+    for i in range(500):
+        pipe.get(f"{p}{i}")
+    pipe.incr(p + "ctr")
+    pipe.incr(p + "ctr")
+    out = pipe.execute()
+    assert out[:500] == [True] * 500
+    assert out[500:1000] == [str(i) for i in range(500)]
+    assert out[1000:] == [1, 2]
+
+
+def test_pipeline_errors_in_place(r, p):
+    r.set(p + "s", "text")
+    pipe = r.pipeline(transaction=False)
+    pipe.set(p + "a", "1")
+    pipe.hget(p + "s", "f")
+    pipe.get(p + "a")
+    out = pipe.execute(raise_on_error=False)
+    assert out[0] is True
+    assert isinstance(out[1], redis.ResponseError) and str(out[1]).startswith("WRONGTYPE")
+    assert out[2] == "1"
+
+
+def test_scan_match_count_and_keys(r, p):
+    want = {f"{p}user:{i}" for i in range(40)}
+    r.mset({k: "v" for k in want})
+    r.mset({f"{p}item:{i}": "v" for i in range(10)})
+    got = set(r.scan_iter(match=p + "user:*", count=7))
+    assert got == want
+    cursor, first = r.scan(0, match=p + "*", count=5)
+    assert cursor != 0 and len(first) <= 5
+    assert set(r.keys(p + "item:*")) == {f"{p}item:{i}" for i in range(10)}
+    assert r.dbsize() >= 50
+    with pytest.raises(redis.ResponseError, match="invalid cursor"):
+        r.execute_command("SCAN", "notanumber")
+
+
+def test_resp3_via_hello(p):
+    c = client(protocol=3, decode_responses=True)
+    try:
+        c.hset(p + "h", mapping={"a": "1", "b": "2"})
+        assert c.hgetall(p + "h") == {"a": "1", "b": "2"}
+        assert c.get(p + "missing") is None
+        assert c.set(p + "k", "v") is True
+        assert c.get(p + "k") == "v"
+        hello = c.execute_command("HELLO", "3")
+        assert hello["proto"] == 3 and hello["server"] == "redis"
+        assert c.config_get("save") == {"save": ""}
+    finally:
+        c.close()
+
+
+def test_introspection(r):
+    info = r.info("replication")
+    assert info["synod_protocol"] == "multipaxos"
+    assert info["role"] in ("master", "slave")
+    assert "synod_leader_id" in info and "synod_commit_index" in info
+    server = r.info("server")
+    assert server["redis_mode"] == "standalone"
+    assert r.config_get("appendonly")["appendonly"] in ("yes", "no")
+    assert r.command_count() > 30
+    assert r.client_setname("tester") is True
+    assert r.client_getname() == "tester"
+    assert isinstance(r.client_id(), int)
+    assert r.echo("hi") == "hi"
+    docs = r.execute_command("COMMAND", "DOCS", "get")
+    assert docs, "COMMAND DOCS get answers"
+
+
+def test_every_replica_serves_linearizable_reads_and_writes(p):
+    clients = [client(port, decode_responses=True) for port in PORTS]
+    try:
+        for i, c in enumerate(clients):
+            c.set(p + str(i), f"from-{i}")
+            for other in clients:
+                assert other.get(p + str(i)) == f"from-{i}"
+        assert clients[-1].incr(p + "ctr") == 1
+        assert clients[0].incr(p + "ctr") == 2
+    finally:
+        for c in clients:
+            c.close()
+
+
+@pytest.mark.skipif(not AUTH_PORT, reason="no password replica given (SYNOD_AUTH_PORT)")
+def test_auth_required():
+    anon = client(AUTH_PORT)
+    with pytest.raises(redis.AuthenticationError):
+        anon.ping()
+    anon.close()
+    wrong = client(AUTH_PORT, password="wrong")
+    with pytest.raises(redis.AuthenticationError):
+        wrong.ping()
+    wrong.close()
+    ok = client(AUTH_PORT, password=PASSWORD, decode_responses=True)
+    assert ok.set("auth:k", "v") is True
+    assert ok.get("auth:k") == "v"
+    ok.close()
+    # HELLO 3 AUTH default <password> (redis-py does this with protocol=3).
+    ok3 = client(AUTH_PORT, password=PASSWORD, protocol=3, decode_responses=True)
+    assert ok3.get("auth:k") == "v"
+    ok3.close()
