@@ -216,12 +216,15 @@ async fn outbound(
                         let spec = link.spec();
                         let now = tokio::time::Instant::now();
                         let mut next = Some(first);
+                        let mut taken = 0;
                         while let Some(f) = next {
                             encode_frame(&mut scratch, &f, identity.max_frame_bytes, peer);
                             if !scratch.is_empty() {
                                 let _ = emulator.admit(&link, &spec, scratch.split().freeze(), now, &mut rng);
                             }
-                            next = rx.try_recv().ok();
+                            // Bounded, so a sender that keeps up with us cannot hold the task.
+                            taken += 1;
+                            next = if taken < PEER_QUEUE { rx.try_recv().ok() } else { None };
                         }
                         emulator.release_due(&link, spec.block, now, &mut buf, MAX_WRITE_BYTES);
                         // The queue is FIFO: its front is the next release.
