@@ -166,6 +166,23 @@ impl<V> InstanceLog<V> {
         self.exec_next = next;
     }
 
+    /// Jump past a snapshot that covers every slot below `next` (installed from a peer or
+    /// recovered): drop the slots below `next`, keep the ones from `next` on (accepted
+    /// values above the snapshot still matter to Paxos) and move the execution cursor to
+    /// `next`. Returns false (and changes nothing) if execution is already at or past it.
+    pub fn skip_to(&mut self, next: u64) -> bool {
+        if next <= self.exec_next {
+            return false;
+        }
+        while self.base < next && !self.slots.is_empty() {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        self.base = self.base.max(next);
+        self.exec_next = next;
+        true
+    }
+
     /// Held slots in `[from, to]` in order, skipping holes.
     pub fn range(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, &Slot<V>)> {
         let from = from.max(self.base);
@@ -223,5 +240,20 @@ mod tests {
         assert_eq!(log.last_index(), 3);
         log.reset_to(10);
         assert_eq!((log.first_index(), log.exec_next(), log.last_index()), (10, 10, 9));
+    }
+
+    #[test]
+    fn skip_to_keeps_slots_above_the_snapshot() {
+        let mut log: InstanceLog<u32> = InstanceLog::new();
+        log.set(2, 2, SlotState::InProgress);
+        log.set(5, 5, SlotState::InProgress);
+        log.set(6, 6, SlotState::Committed);
+        assert!(log.skip_to(5));
+        assert_eq!((log.first_index(), log.exec_next()), (5, 5));
+        assert!(log.get(2).is_none());
+        assert_eq!(log.get(5).map(|s| s.value), Some(5));
+        assert!(!log.skip_to(3), "already past");
+        assert!(log.skip_to(20));
+        assert_eq!((log.first_index(), log.exec_next(), log.len()), (20, 20, 0));
     }
 }

@@ -4,6 +4,7 @@
 //! runtime, the simulator, the CLI) never `match` on protocol names: they look a protocol up
 //! here and call its constructor.
 
+pub mod holipaxos;
 pub mod multipaxos;
 pub mod raft;
 pub mod registry;

@@ -36,6 +36,12 @@ static REGISTRY: &[ProtocolInfo] = &[
         build: crate::multipaxos::build,
     },
     ProtocolInfo {
+        name: "holipaxos",
+        description: "MultiPaxos + HoliPaxos layers: integrated failure detector and churn rules 1-3, slowdown detector with overload markers, GLE log trimming (options trim=gle|quorum|snapshot), single control message",
+        leader_based: true,
+        build: crate::holipaxos::build,
+    },
+    ProtocolInfo {
         name: "raft",
         description: "Raft (options prevote, check_quorum default off), snapshots + InstallSnapshot",
         leader_based: true,

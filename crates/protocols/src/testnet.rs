@@ -6,6 +6,7 @@ use crate::registry::Setup;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
+use synod_core::protocol::LoadInfo;
 use synod_core::session::StateMachine;
 use synod_core::{
     rng_from_seed, Action, ClientRef, Command, Ctx, Event, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply,
@@ -25,6 +26,8 @@ pub struct Node {
     rng: Rng,
     pub up: bool,
     pub applied: Vec<(Pos, Command)>,
+    /// What the driver reports about this replica's load (`Ctx::load`).
+    pub load: LoadInfo,
 }
 
 pub struct Net {
@@ -65,6 +68,7 @@ impl Net {
                 rng: rng_from_seed(i as u64 + 1),
                 up: true,
                 applied: Vec::new(),
+                load: LoadInfo::default(),
             });
             net.recover(i as NodeId + 1);
         }
@@ -133,6 +137,7 @@ impl Net {
         }
         let mut actions = Vec::new();
         let mut ctx = Ctx::new(id, now, &mut node.rng, &mut actions);
+        ctx.load = node.load;
         node.p.on_event(&mut ctx, ev);
         self.run_actions(id, actions);
     }
@@ -237,6 +242,20 @@ impl Net {
         self.nodes[i].applied.clear();
         self.nodes[i].up = true;
         self.recover(id);
+    }
+
+    /// Cut the links between `a` and `b` in both directions (on top of `drop`'s filter).
+    pub fn cut(&mut self, links: &[(NodeId, NodeId)]) {
+        let links: Vec<(NodeId, NodeId)> = links.to_vec();
+        self.drop =
+            Box::new(move |from, to, _| links.iter().any(|&(a, b)| (a, b) == (from, to) || (b, a) == (from, to)));
+    }
+
+    /// Restart with an empty disk (a replaced machine).
+    pub fn wipe(&mut self, id: NodeId) {
+        self.crash(id);
+        self.nodes[Self::idx(id)].durable.clear();
+        self.restart(id);
     }
 
     pub fn executed(&self, id: NodeId) -> u64 {

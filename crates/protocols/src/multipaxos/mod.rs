@@ -22,16 +22,19 @@
 
 mod msg;
 
-pub use msg::{AcceptedSlot, Batch, Msg, Record};
+pub use msg::{AcceptedSlot, Batch, Marker, Msg, Record, Value};
 
+use crate::holipaxos::trim::TrimMode;
+use crate::holipaxos::{Holi, HoliConfig, Overload};
 use crate::registry::Setup;
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
 use synod_core::protocol::{decode, encode};
 use synod_core::quorum::{majority, QuorumTracker};
+use synod_core::snapshot::{chunk, ChunkAssembler, SnapshotPolicy};
 use synod_core::{
     Action, Ballot, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, ReplyBody, Role, Status,
     Time, TimerId,
@@ -39,6 +42,12 @@ use synod_core::{
 
 const TIMER_ELECTION: TimerId = 1;
 const TIMER_HEARTBEAT: TimerId = 2;
+/// HoliPaxos: the leader's slowdown-detector sampling tick.
+const TIMER_SLOWDOWN: TimerId = 3;
+/// HoliPaxos: the backed-off election a follower starts for an overload marker.
+const TIMER_OVERLOAD: TimerId = 4;
+/// Retry / give up on an on-demand snapshot transfer that stopped making progress.
+const TIMER_SNAPSHOT: TimerId = 5;
 
 /// Most bytes of commands in one batch.
 const MAX_BATCH_BYTES: usize = 1 << 20;
@@ -61,25 +70,41 @@ pub(crate) struct Variant {
 #[derive(Clone, Debug)]
 struct Entry {
     ballot: Ballot,
-    value: Batch,
+    value: Value,
 }
 
 /// Leader-side bookkeeping for a slot in flight.
 struct InFlight {
     acks: QuorumTracker,
     sent_at: Time,
+    /// Client commands in the slot (the slowdown detector counts operations in flight).
+    cmds: usize,
 }
 
 /// Candidate-side bookkeeping for phase 1.
 struct Election {
     promises: QuorumTracker,
     /// Highest-ballot value reported for each slot (committed values win).
-    found: BTreeMap<u64, (Ballot, Batch, bool)>,
+    found: BTreeMap<u64, (Ballot, Value, bool)>,
     from_slot: u64,
+}
+
+/// The latest local snapshot (served to peers, and the base of the durable image).
+struct LocalSnapshot {
+    index: u64,
+    data: Bytes,
+}
+
+/// An on-demand snapshot being fetched from a peer.
+struct Fetch {
+    from: NodeId,
+    progress_at: Time,
+    tries: u32,
 }
 
 pub struct MultiPaxos {
     id: NodeId,
+    name: &'static str,
     members: Vec<NodeId>,
     params: ProtocolParams,
     variant: Variant,
@@ -95,12 +120,19 @@ pub struct MultiPaxos {
     broken: Option<String>,
     /// The leader this replica currently follows (or itself).
     leader: Option<NodeId>,
+    /// When this replica last heard its leader (Accept / heartbeat in the current ballot).
+    leader_contact: Option<(NodeId, Time)>,
+    /// The last leader whose Accepts this replica took (HoliPaxos §3.2's "last successful
+    /// leader").
+    last_successful_leader: Option<NodeId>,
 
     log: InstanceLog<Entry>,
     /// Committed prefix last persisted as a `CommitUpto` record.
     persisted_commit: u64,
     /// Highest committed prefix the leader announced.
     leader_commit: u64,
+    /// Client commands executed by this replica since it started (throughput).
+    cmds_executed: u64,
 
     // Leader state.
     next_slot: u64,
@@ -116,18 +148,54 @@ pub struct MultiPaxos {
     /// execution if the slot's chosen command is theirs (another leader may have filled the
     /// slot). Kept apart from `in_flight` because a slot can also commit via catch-up.
     waiting: BTreeMap<u64, Vec<Option<Waiter>>>,
+
+    // Log trimming and snapshots (off for plain MultiPaxos: `trim = None`,
+    // `compact_every = 0`).
+    trim: TrimMode,
+    compact_every: u64,
+    policy: SnapshotPolicy,
+    /// The trim bound learned from (or, at the leader, computed for) the cluster: GLE, or
+    /// the quorum-executed index under quorum trim.
+    gle: u64,
+    snapshot: Option<LocalSnapshot>,
+    /// A snapshot requested from the driver: (token, index it covers, compact afterwards).
+    snapshot_pending: Option<(u64, u64, bool)>,
+    next_token: u64,
+    /// Peers waiting for the first chunk of the snapshot being taken.
+    snapshot_waiters: BTreeSet<NodeId>,
+    /// Index of the snapshot the durable image starts from (0 = none).
+    durable_base: u64,
+    fetch: Option<Fetch>,
+    incoming: ChunkAssembler,
+    snapshots_installed: u64,
+
+    /// The HoliPaxos layers (None = plain MultiPaxos).
+    holi: Option<Box<Holi>>,
 }
 
 impl MultiPaxos {
     pub(crate) fn new(setup: &Setup, variant: Variant) -> Result<MultiPaxos, String> {
+        Self::with_layers(setup, variant, "multipaxos", None)
+    }
+
+    /// MultiPaxos with the HoliPaxos layers of `holi` (None: the plain baseline).
+    pub(crate) fn with_layers(
+        setup: &Setup,
+        variant: Variant,
+        name: &'static str,
+        holi: Option<HoliConfig>,
+    ) -> Result<MultiPaxos, String> {
         setup.params.validate()?;
         if !setup.members.contains(&setup.id) {
             return Err(format!("node {} is not among the members {:?}", setup.id, setup.members));
         }
-        setup.params.check_options("multipaxos", &[])?;
+        if holi.is_none() {
+            setup.params.check_options(name, &[])?;
+        }
         let quorum = variant.quorum_override.unwrap_or_else(|| majority(setup.members.len()));
         Ok(MultiPaxos {
             id: setup.id,
+            name,
             members: setup.members.clone(),
             params: setup.params.clone(),
             variant,
@@ -137,15 +205,31 @@ impl MultiPaxos {
             max_seen: Ballot::ZERO,
             broken: None,
             leader: None,
+            leader_contact: None,
+            last_successful_leader: None,
             log: InstanceLog::new(),
             persisted_commit: 0,
             leader_commit: 0,
+            cmds_executed: 0,
             next_slot: 1,
             in_flight: BTreeMap::new(),
             queue: Batcher::new(),
             election: None,
             catchup_pending_until: Time::ZERO,
             waiting: BTreeMap::new(),
+            trim: holi.map_or(TrimMode::None, |h| h.trim),
+            compact_every: holi.map_or(0, |h| h.compact_every),
+            policy: SnapshotPolicy::from_params(&setup.params),
+            gle: 0,
+            snapshot: None,
+            snapshot_pending: None,
+            next_token: 1,
+            snapshot_waiters: BTreeSet::new(),
+            durable_base: 0,
+            fetch: None,
+            incoming: ChunkAssembler::default(),
+            snapshots_installed: 0,
+            holi: holi.map(|c| Box::new(Holi::new(c))),
         })
     }
 
@@ -157,16 +241,76 @@ impl MultiPaxos {
         ctx.persist(0, records.iter().map(encode).collect());
     }
 
-    fn reset_election_timer(&self, ctx: &mut Ctx<'_>) {
+    /// Rule 1 multiplier on the heartbeat interval (1 without it).
+    fn penalty(&mut self, now: Time) -> u32 {
+        self.holi.as_mut().map_or(1, |h| h.churn.penalty(now))
+    }
+
+    fn reset_election_timer(&mut self, ctx: &mut Ctx<'_>) {
         let min = Duration::from_millis(self.params.election_timeout_min_ms);
         let max = Duration::from_millis(self.params.election_timeout_max_ms);
         let after = ctx.random_between(min, max);
         ctx.set_timer(TIMER_ELECTION, after);
     }
 
+    /// The leader this replica follows, if it heard from it within an election timeout
+    /// (itself when leading). HoliPaxos Rule 3 keeps churners below it out.
+    fn live_leader(&self, now: Time) -> Option<NodeId> {
+        if self.role == Role::Leader {
+            return Some(self.id);
+        }
+        let max = Duration::from_millis(self.params.election_timeout_max_ms);
+        self.leader_contact
+            .filter(|(l, t)| self.leader == Some(*l) && self.promised.node == *l && now.since(*t) < max)
+            .map(|(l, _)| l)
+    }
+
+    fn heard_leader(&mut self, now: Time, from: NodeId) {
+        self.leader_contact = Some((from, now));
+        if let Some(h) = self.holi.as_mut() {
+            h.churn.leader_heard();
+        }
+    }
+
     // ---------------------------------------------------------------------------------------
     // 1. Leader election (phase 1 for all future slots)
     // ---------------------------------------------------------------------------------------
+
+    fn on_election_timer(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role == Role::Leader {
+            return;
+        }
+        let quorum = self.quorum;
+        if self.holi.as_mut().is_some_and(|h| h.churn.next_attempt_passive(quorum)) {
+            self.passive_probe(ctx);
+        } else {
+            self.start_election(ctx);
+        }
+    }
+
+    /// HoliPaxos Rule 2: a node that could not hear from a quorum campaigns with the
+    /// invalid ballot 0. Everyone rejects it without changing state; a quorum of
+    /// rejections proves the node is quorum-connected again.
+    fn passive_probe(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role == Role::Candidate {
+            self.step_down(ctx, None);
+        }
+        if let Some(h) = self.holi.as_mut() {
+            h.churn.attempt_started(Ballot::ZERO);
+        }
+        let from_slot = self.log.committed_prefix() + 1;
+        ctx.broadcast(&Msg::Prepare { ballot: Ballot::ZERO, from_slot });
+        self.reset_election_timer(ctx);
+    }
+
+    /// A phase-1 answer (promise or rejection) from `from` for `ballot` (Rule 2 counting).
+    fn note_response(&mut self, ctx: &mut Ctx<'_>, ballot: Ballot, from: NodeId) {
+        let quorum = self.quorum;
+        let requalified = self.holi.as_mut().is_some_and(|h| h.churn.response(ballot, from, quorum));
+        if requalified && self.role == Role::Follower && self.live_leader(ctx.now).is_none() {
+            self.start_election(ctx);
+        }
+    }
 
     fn start_election(&mut self, ctx: &mut Ctx<'_>) {
         let ballot = self.promised.max(self.max_seen).next_for(self.id);
@@ -174,6 +318,10 @@ impl MultiPaxos {
         self.role = Role::Candidate;
         self.leader = None;
         self.in_flight.clear();
+        if let Some(h) = self.holi.as_mut() {
+            h.churn.own_election(ctx.now);
+            h.churn.attempt_started(ballot);
+        }
         let from_slot = self.log.committed_prefix() + 1;
         let mut election = Election { promises: QuorumTracker::new(self.quorum), found: BTreeMap::new(), from_slot };
         // Our own promise, with what we accepted ourselves.
@@ -219,6 +367,20 @@ impl MultiPaxos {
     }
 
     fn on_prepare(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, from_slot: u64) {
+        if self.holi.is_some() {
+            if ballot.is_zero() {
+                // Rule 2 probe: reject, change nothing.
+                ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
+                return;
+            }
+            let live = self.live_leader(ctx.now);
+            let now = ctx.now;
+            if self.holi.as_mut().is_some_and(|h| h.churn.on_prepare(from, ballot, now, live)) {
+                // Rule 3: a churner below a higher competitor; reject without a ballot.
+                ctx.send(from, &Msg::Nack { ballot, promised: Ballot::ZERO });
+                return;
+            }
+        }
         if ballot < self.promised || (ballot == self.promised && ballot.node != from) {
             ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
             return;
@@ -229,15 +391,31 @@ impl MultiPaxos {
             self.step_down(ctx, Some(from));
         }
         self.reset_election_timer(ctx);
-        ctx.send(from, &Msg::Promise { ballot, accepted: self.accepted_from(from_slot) });
+        let trimmed = self.log.first_index() - 1;
+        ctx.send(from, &Msg::Promise { ballot, accepted: self.accepted_from(from_slot), trimmed });
     }
 
-    fn on_promise(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, accepted: Vec<AcceptedSlot>) {
+    fn on_promise(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        accepted: Vec<AcceptedSlot>,
+        trimmed: u64,
+    ) {
+        self.note_response(ctx, ballot, from);
         if self.role != Role::Candidate || ballot != self.promised {
             return;
         }
         let Some(election) = self.election.as_mut() else { return };
         if election.promises.has(from) {
+            return;
+        }
+        if trimmed >= election.from_slot {
+            // The acceptor dropped chosen slots we have not executed: its promise cannot
+            // tell us their values. Give up this election and catch up from a snapshot.
+            self.step_down(ctx, None);
+            self.request_snapshot(ctx, Some(from));
             return;
         }
         Self::merge_promise(election, accepted);
@@ -264,7 +442,7 @@ impl MultiPaxos {
             }
             let value = match found.remove(&slot) {
                 Some((_, v, _)) => v,
-                None => Vec::new(),
+                None => Value::noop(),
             };
             self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
             records.push(Record::Accept { slot, ballot, value: value.clone() });
@@ -277,6 +455,16 @@ impl MultiPaxos {
             let n = value.len();
             self.track(ctx, slot, vec![None; n]);
             ctx.broadcast(&Msg::Accept { ballot, slot, value, commit_upto: self.log.committed_prefix() });
+        }
+        if let Some(h) = self.holi.as_mut() {
+            h.les.clear();
+            h.detector.reset();
+            h.declaring = false;
+            h.remedying = false;
+            h.leader_since = ctx.now;
+            if h.cfg.slowdown.enabled {
+                ctx.set_timer(TIMER_SLOWDOWN, h.cfg.slowdown.sample);
+            }
         }
         self.send_heartbeat(ctx);
         self.propose_queued(ctx);
@@ -292,6 +480,7 @@ impl MultiPaxos {
         self.in_flight.clear();
         if was == Role::Leader {
             ctx.cancel_timer(TIMER_HEARTBEAT);
+            ctx.cancel_timer(TIMER_SLOWDOWN);
         }
         for p in self.queue.drain() {
             if let Some(c) = p.client {
@@ -301,7 +490,11 @@ impl MultiPaxos {
         self.reset_election_timer(ctx);
     }
 
-    fn on_nack(&mut self, ctx: &mut Ctx<'_>, ballot: Ballot, promised: Ballot) {
+    fn on_nack(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, promised: Ballot) {
+        if self.holi.is_some() {
+            self.max_seen = self.max_seen.max(promised);
+            self.note_response(ctx, ballot, from);
+        }
         if ballot == self.promised && promised > self.promised && self.role != Role::Follower {
             self.max_seen = self.max_seen.max(promised);
             self.step_down(ctx, None);
@@ -334,20 +527,29 @@ impl MultiPaxos {
         if self.role != Role::Leader {
             return;
         }
+        let mut proposals = Vec::new();
+        while !self.queue.is_empty() && self.in_flight.len() + proposals.len() < self.params.pipeline_window {
+            let batch = self.queue.take(self.params.max_batch, MAX_BATCH_BYTES);
+            let clients: Vec<Option<Waiter>> = batch.iter().map(Waiter::for_pending).collect();
+            let value = Value::Cmds(batch.into_iter().map(|p| p.cmd).collect());
+            proposals.push((value, clients));
+        }
+        self.propose(ctx, proposals);
+    }
+
+    /// Assign the next slots to `proposals` and run phase 2 for them.
+    fn propose(&mut self, ctx: &mut Ctx<'_>, proposals: Vec<(Value, Vec<Option<Waiter>>)>) {
+        if proposals.is_empty() {
+            return;
+        }
         let mut records = Vec::new();
         let mut sends = Vec::new();
-        while !self.queue.is_empty() && self.in_flight.len() < self.params.pipeline_window {
-            let batch = self.queue.take(self.params.max_batch, MAX_BATCH_BYTES);
+        for (value, clients) in proposals {
             let slot = self.next_slot;
             self.next_slot += 1;
-            let clients: Vec<Option<Waiter>> = batch.iter().map(Waiter::for_pending).collect();
-            let value: Batch = batch.into_iter().map(|p| p.cmd).collect();
             self.log.set(slot, Entry { ballot: self.promised, value: value.clone() }, SlotState::InProgress);
             records.push(Record::Accept { slot, ballot: self.promised, value: value.clone() });
             sends.push((slot, value, clients));
-        }
-        if records.is_empty() {
-            return;
         }
         // Persist our own acceptance before the Accepts leave (driver contract), so counting
         // ourselves in the quorum is safe.
@@ -363,13 +565,14 @@ impl MultiPaxos {
     fn track(&mut self, ctx: &mut Ctx<'_>, slot: u64, clients: Vec<Option<Waiter>>) {
         let mut acks = QuorumTracker::new(self.quorum);
         acks.ack(self.id);
+        let cmds = clients.len();
         if clients.iter().any(|c| c.is_some()) {
             self.waiting.insert(slot, clients);
         }
-        self.in_flight.insert(slot, InFlight { acks, sent_at: ctx.now });
+        self.in_flight.insert(slot, InFlight { acks, sent_at: ctx.now, cmds });
     }
 
-    fn on_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, slot: u64, value: Batch, commit: u64) {
+    fn on_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, slot: u64, value: Value, commit: u64) {
         if ballot < self.promised {
             ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
             return;
@@ -383,6 +586,8 @@ impl MultiPaxos {
             self.step_down(ctx, Some(from));
         }
         self.reset_election_timer(ctx);
+        self.heard_leader(ctx.now, from);
+        self.last_successful_leader = Some(from);
         if !self.log.is_committed(slot) {
             self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
             records.push(Record::Accept { slot, ballot, value });
@@ -428,9 +633,17 @@ impl MultiPaxos {
     // 3. Commit notification, heartbeats and catch-up
     // ---------------------------------------------------------------------------------------
 
+    /// The leader's periodic message: MultiPaxos's heartbeat, or HoliPaxos's single control
+    /// message (§3.4). Rule 1 stretches the interval of a churning node.
     fn send_heartbeat(&mut self, ctx: &mut Ctx<'_>) {
-        ctx.broadcast(&Msg::Heartbeat { ballot: self.promised, commit_upto: self.log.committed_prefix() });
-        ctx.set_timer(TIMER_HEARTBEAT, self.params.heartbeat());
+        if self.holi.is_some() {
+            let le = self.log.executed_upto();
+            ctx.broadcast(&Msg::Control { ballot: self.promised, le, gle: self.gle });
+        } else {
+            ctx.broadcast(&Msg::Heartbeat { ballot: self.promised, commit_upto: self.log.committed_prefix() });
+        }
+        let every = self.params.heartbeat() * self.penalty(ctx.now);
+        ctx.set_timer(TIMER_HEARTBEAT, every);
     }
 
     /// Leader tick: heartbeat, and re-send Accepts that have not gathered a quorum in time
@@ -464,10 +677,12 @@ impl MultiPaxos {
         self.send_heartbeat(ctx);
     }
 
-    fn on_heartbeat(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, commit_upto: u64) {
+    /// Follow the leader of `ballot` (a heartbeat or control message from it).
+    fn follow(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot) -> bool {
         if ballot < self.promised {
+            // §3.1.1: a stale leader learns the newer ballot and steps down.
             ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
-            return;
+            return false;
         }
         if ballot > self.promised {
             self.promised = ballot;
@@ -477,8 +692,45 @@ impl MultiPaxos {
             self.step_down(ctx, Some(from));
         }
         self.reset_election_timer(ctx);
+        self.heard_leader(ctx.now, from);
+        true
+    }
+
+    fn on_heartbeat(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, commit_upto: u64) {
+        if !self.follow(ctx, from, ballot) {
+            return;
+        }
         self.learn_commit(ctx, from, ballot, commit_upto);
         self.persist_commit_marker(ctx);
+    }
+
+    /// HoliPaxos control message: heartbeat, batch commit up to the leader's LE, trim to
+    /// GLE; answered with our LE (made durable first, so a restart never executes less
+    /// than what GLE was computed from).
+    fn on_control(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, le: u64, gle: u64) {
+        if !self.follow(ctx, from, ballot) {
+            return;
+        }
+        self.learn_commit(ctx, from, ballot, le);
+        self.gle = self.gle.max(gle);
+        self.trim_log();
+        self.persist_commit_marker(ctx);
+        ctx.send(from, &Msg::ControlAck { ballot, le: self.log.executed_upto() });
+    }
+
+    fn on_control_ack(&mut self, from: NodeId, ballot: Ballot, le: u64) {
+        if self.role != Role::Leader || ballot != self.promised {
+            return;
+        }
+        let executed = self.log.executed_upto();
+        let (trim, members, quorum) = (self.trim, self.members.clone(), self.quorum);
+        let Some(h) = self.holi.as_mut() else { return };
+        h.les.report(from, le);
+        h.les.report(self.id, executed);
+        if let Some(bound) = h.les.bound(trim, &members, quorum) {
+            self.gle = self.gle.max(bound);
+        }
+        self.trim_log();
     }
 
     /// The leader (in `ballot`) says everything up to `commit_upto` is chosen. Slots we
@@ -503,7 +755,7 @@ impl MultiPaxos {
 
     fn request_catchup(&mut self, ctx: &mut Ctx<'_>, leader: NodeId) {
         let have = self.log.committed_prefix();
-        if have >= self.leader_commit || ctx.now < self.catchup_pending_until {
+        if have >= self.leader_commit || ctx.now < self.catchup_pending_until || self.fetch.is_some() {
             return;
         }
         let to = self.leader_commit.min(have + self.params.catchup_chunk as u64);
@@ -512,8 +764,13 @@ impl MultiPaxos {
     }
 
     fn on_catchup_req(&mut self, ctx: &mut Ctx<'_>, from_node: NodeId, from: u64, to: u64) {
+        if from < self.log.first_index() {
+            // Trimmed here: only a snapshot can bring the requester past this point.
+            ctx.send(from_node, &Msg::Trimmed { first: self.log.first_index() });
+            return;
+        }
         let to = to.min(from.saturating_add(self.params.catchup_chunk as u64 - 1));
-        let entries: Vec<(u64, Batch)> = self
+        let entries: Vec<(u64, Value)> = self
             .log
             .range(from, to)
             .filter(|(_, s)| s.state != SlotState::InProgress)
@@ -527,7 +784,7 @@ impl MultiPaxos {
         }
     }
 
-    fn on_catchup_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, entries: Vec<(u64, Batch)>, commit_upto: u64) {
+    fn on_catchup_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, entries: Vec<(u64, Value)>, commit_upto: u64) {
         let mut records = Vec::new();
         for (slot, value) in entries {
             if self.log.is_committed(slot) {
@@ -548,6 +805,12 @@ impl MultiPaxos {
         }
     }
 
+    fn on_trimmed(&mut self, ctx: &mut Ctx<'_>, first: u64) {
+        if first > self.log.committed_prefix() + 1 && self.role == Role::Follower {
+            self.request_snapshot(ctx, None);
+        }
+    }
+
     fn persist_commit_marker(&mut self, ctx: &mut Ctx<'_>) {
         let c = self.log.committed_prefix();
         if c > self.persisted_commit {
@@ -561,13 +824,286 @@ impl MultiPaxos {
     // ---------------------------------------------------------------------------------------
 
     fn execute(&mut self, ctx: &mut Ctx<'_>) {
+        let mut markers = Vec::new();
         while let Some((slot, entry)) = self.log.next_to_execute() {
             let clients = self.waiting.remove(&slot).unwrap_or_default();
-            for (i, cmd) in entry.value.iter().enumerate() {
-                let reply = Waiter::matching(clients.get(i), cmd);
-                ctx.apply(Pos::slot(slot, i as u32), cmd.clone(), reply);
+            match &entry.value {
+                Value::Cmds(batch) => {
+                    for (i, cmd) in batch.iter().enumerate() {
+                        let reply = Waiter::matching(clients.get(i), cmd);
+                        ctx.apply(Pos::slot(slot, i as u32), cmd.clone(), reply);
+                    }
+                    self.cmds_executed += batch.len() as u64;
+                }
+                Value::Marker(m) => markers.push((slot, m.clone())),
             }
             self.log.advance_exec();
+            // Markers act in order with the commands around them, but need `&mut self`.
+            for (slot, m) in markers.drain(..) {
+                self.on_marker(ctx, slot, m);
+            }
+        }
+        self.maybe_snapshot(ctx);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // HoliPaxos §3.2: slowdown detection and overload markers
+    // ---------------------------------------------------------------------------------------
+
+    /// Operations received from clients and not yet executed (Algorithm 1's in-flight
+    /// count): queued here, proposed and not executed, and held by the driver.
+    fn inflight_ops(&self, ctx: &Ctx<'_>) -> u64 {
+        let proposed: usize = self.in_flight.values().map(|f| f.cmds).sum();
+        (self.queue.len() + proposed) as u64 + ctx.load.queued_requests
+    }
+
+    fn on_slowdown_tick(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let inflight = self.inflight_ops(ctx);
+        let (executed, ballot, now, id) = (self.cmds_executed, self.promised, ctx.now, self.id);
+        let Some(h) = self.holi.as_mut() else { return };
+        h.detector.sample(inflight, executed);
+        let mut propose = None;
+        if h.detector.is_slow() && h.may_declare(now) {
+            h.declaring = true;
+            let variance = h.detector.variance().round() as u64;
+            propose = Some(Marker::Overload { leader: id, ballot, at_ms: now.as_millis(), variance });
+        } else if let Some(o) = h.overload {
+            // A later leader whose detector, once able to judge, is calm and sees at most
+            // half the declarer's in-flight variance remedies the declaration: the leader
+            // change fixed the problem. Under a general overload the new leader sees the
+            // same fluctuation and never remedies, so no new declaration (and no new
+            // election) follows before the long timeout.
+            let calm = h.detector.samples_seen() >= 2 * h.detector.warm_up()
+                && h.detector.variance() * 2.0 <= o.variance as f64;
+            if !o.remedied && o.ballot != ballot && !h.remedying && !h.detector.is_slow() && calm {
+                h.remedying = true;
+                propose = Some(Marker::Remedied { slot: o.slot });
+            }
+        }
+        ctx.set_timer(TIMER_SLOWDOWN, h.cfg.slowdown.sample);
+        if let Some(m) = propose {
+            self.propose(ctx, vec![(Value::Marker(m), Vec::new())]);
+        }
+    }
+
+    /// A marker reached execution on this replica (every replica, in log order).
+    fn on_marker(&mut self, ctx: &mut Ctx<'_>, slot: u64, m: Marker) {
+        let (id, role, promised, last) = (self.id, self.role, self.promised, self.last_successful_leader);
+        let min = Duration::from_millis(self.params.election_timeout_min_ms);
+        let Some(h) = self.holi.as_mut() else { return };
+        match m {
+            Marker::Overload { leader, ballot, variance, .. } => {
+                h.markers_executed += 1;
+                h.overload = Some(Overload { slot, leader, ballot, variance, executed_at: ctx.now, remedied: false });
+                if leader == id {
+                    h.declaring = false;
+                } else if role == Role::Follower
+                    && last == Some(leader)
+                    && promised == ballot
+                    && slot > h.handled_marker
+                {
+                    // One election per marker and follower, after a random backoff so
+                    // that followers do not all campaign at once.
+                    h.handled_marker = slot;
+                    h.marker_elections += 1;
+                    h.marker_election_for = Some(ballot);
+                    let after = ctx.random_between(Duration::ZERO, min / 2);
+                    ctx.set_timer(TIMER_OVERLOAD, after);
+                }
+            }
+            Marker::Remedied { slot: declared } => {
+                if let Some(o) = h.overload.as_mut().filter(|o| o.slot == declared) {
+                    o.remedied = true;
+                }
+                h.remedying = false;
+            }
+        }
+    }
+
+    fn on_overload_timer(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(h) = self.holi.as_mut() else { return };
+        let due = h.marker_election_for.take();
+        if self.role == Role::Follower && due == Some(self.promised) {
+            self.start_election(ctx);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // HoliPaxos §3.3: log trimming, on-demand snapshots, durable compaction
+    // ---------------------------------------------------------------------------------------
+
+    /// Trim the in-memory log up to the cluster bound (GLE / quorum-executed), never past
+    /// what this replica executed nor past a snapshot being taken for compaction.
+    fn trim_log(&mut self) {
+        if !matches!(self.trim, TrimMode::Gle | TrimMode::Quorum) {
+            return;
+        }
+        let floor = match self.snapshot_pending {
+            Some((_, index, true)) => index,
+            _ => u64::MAX,
+        };
+        let upto = self.gle.min(self.log.executed_upto()).min(floor);
+        self.log.trim_before(upto + 1);
+    }
+
+    /// Ask the driver for a snapshot (for compaction and/or a peer).
+    fn take_snapshot(&mut self, ctx: &mut Ctx<'_>, compact: bool) {
+        if let Some(p) = self.snapshot_pending.as_mut() {
+            p.2 |= compact;
+            return;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.snapshot_pending = Some((token, self.log.executed_upto(), compact));
+        ctx.push(Action::TakeSnapshot { token });
+    }
+
+    fn maybe_snapshot(&mut self, ctx: &mut Ctx<'_>) {
+        let executed = self.log.executed_upto();
+        let due = match self.trim {
+            TrimMode::Snapshot => self.policy.due(self.durable_base, executed),
+            _ => self.compact_every > 0 && executed >= self.durable_base + self.compact_every,
+        };
+        if due && self.snapshot_pending.is_none() {
+            self.take_snapshot(ctx, true);
+        }
+    }
+
+    fn on_snapshot_taken(&mut self, ctx: &mut Ctx<'_>, token: u64, data: Bytes) {
+        let Some((t, index, compact)) = self.snapshot_pending else { return };
+        if t != token {
+            return;
+        }
+        self.snapshot_pending = None;
+        self.snapshot = Some(LocalSnapshot { index, data });
+        for to in std::mem::take(&mut self.snapshot_waiters) {
+            self.send_snapshot_chunk(ctx, to, 0);
+        }
+        if compact && index > self.durable_base {
+            if self.trim == TrimMode::Snapshot {
+                self.log.trim_before(self.policy.trim_point(index));
+            }
+            self.rewrite_durable(ctx);
+        }
+    }
+
+    /// Replace the durable records by: promise, snapshot, every held slot after it, commit
+    /// marker. Atomic in both drivers.
+    fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(s) = &self.snapshot else { return };
+        let mut records =
+            vec![Record::Promise(self.promised), Record::Snapshot { index: s.index, data: s.data.to_vec() }];
+        for (slot, e) in self.log.range(s.index + 1, self.log.last_index()) {
+            records.push(match e.state {
+                SlotState::InProgress => Record::Accept { slot, ballot: e.value.ballot, value: e.value.value.clone() },
+                _ => Record::Chosen { slot, value: e.value.value.clone() },
+            });
+        }
+        let c = self.log.committed_prefix();
+        records.push(Record::CommitUpto(c));
+        self.persisted_commit = c;
+        self.durable_base = s.index;
+        ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
+    }
+
+    /// §3.3: fetch an on-demand snapshot, preferably from a peer that is not the leader.
+    fn request_snapshot(&mut self, ctx: &mut Ctx<'_>, preferred: Option<NodeId>) {
+        if self.fetch.is_some() {
+            return;
+        }
+        let from = preferred.unwrap_or_else(|| self.snapshot_source(0));
+        self.fetch = Some(Fetch { from, progress_at: ctx.now, tries: 0 });
+        ctx.send(from, &Msg::SnapshotReq { index: 0, offset: 0 });
+        ctx.set_timer(TIMER_SNAPSHOT, self.params.heartbeat() * 4);
+    }
+
+    /// The `k`-th candidate snapshot source: the peers that are not the leader first.
+    fn snapshot_source(&self, k: u32) -> NodeId {
+        let mut peers: Vec<NodeId> = self.members.iter().copied().filter(|m| *m != self.id).collect();
+        peers.sort_by_key(|p| (Some(*p) == self.leader, *p));
+        if peers.is_empty() {
+            return self.id;
+        }
+        peers[k as usize % peers.len()]
+    }
+
+    fn on_snapshot_timer(&mut self, ctx: &mut Ctx<'_>) {
+        let stalled = self.params.heartbeat() * 4;
+        let Some(f) = self.fetch.as_mut() else { return };
+        if ctx.now.since(f.progress_at) >= stalled {
+            // No progress: start over with the next source.
+            f.tries += 1;
+            f.progress_at = ctx.now;
+            let tries = f.tries;
+            let from = self.snapshot_source(tries);
+            if let Some(f) = self.fetch.as_mut() {
+                f.from = from;
+            }
+            ctx.send(from, &Msg::SnapshotReq { index: 0, offset: 0 });
+        }
+        ctx.set_timer(TIMER_SNAPSHOT, stalled);
+    }
+
+    fn on_snapshot_req(&mut self, ctx: &mut Ctx<'_>, from: NodeId, index: u64, offset: u64) {
+        match &self.snapshot {
+            Some(s) if offset > 0 && s.index == index => self.send_snapshot_chunk(ctx, from, offset),
+            // A fresh transfer: our cached snapshot is good if it is current.
+            Some(s) if s.index == self.log.executed_upto() => self.send_snapshot_chunk(ctx, from, 0),
+            _ => {
+                self.snapshot_waiters.insert(from);
+                self.take_snapshot(ctx, false);
+            }
+        }
+    }
+
+    fn send_snapshot_chunk(&self, ctx: &mut Ctx<'_>, to: NodeId, offset: u64) {
+        let Some(s) = &self.snapshot else { return };
+        let data = chunk(&s.data, offset, self.params.snapshot_chunk_bytes).to_vec();
+        ctx.send(to, &Msg::SnapshotChunk { index: s.index, offset, total: s.data.len() as u64, data });
+    }
+
+    fn on_snapshot_chunk(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        index: u64,
+        offset: u64,
+        total: u64,
+        data: Vec<u8>,
+    ) {
+        let Some(f) = self.fetch.as_mut() else { return };
+        if f.from != from || self.role == Role::Leader {
+            return;
+        }
+        f.progress_at = ctx.now;
+        let Some(full) = self.incoming.offer(index, offset, total, &data) else {
+            let received = self.incoming.received(index);
+            ctx.send(from, &Msg::SnapshotReq { index, offset: received });
+            return;
+        };
+        self.fetch = None;
+        ctx.cancel_timer(TIMER_SNAPSHOT);
+        self.install_snapshot(ctx, index, Bytes::from(full));
+    }
+
+    /// Jump to a peer's snapshot covering every slot up to `index`.
+    fn install_snapshot(&mut self, ctx: &mut Ctx<'_>, index: u64, data: Bytes) {
+        if index <= self.log.executed_upto() {
+            return;
+        }
+        ctx.push(Action::InstallSnapshot { data: data.clone() });
+        self.log.skip_to(index + 1);
+        self.waiting.retain(|slot, _| *slot > index);
+        self.snapshot = Some(LocalSnapshot { index, data });
+        self.snapshots_installed += 1;
+        self.leader_commit = self.leader_commit.max(index);
+        self.rewrite_durable(ctx);
+        self.execute(ctx);
+        if let Some(l) = self.leader.filter(|l| *l != self.id) {
+            self.request_catchup(ctx, l);
         }
     }
 }
@@ -588,6 +1124,14 @@ impl Protocol for MultiPaxos {
                     self.log.set(slot, Entry { ballot: Ballot::ZERO, value }, SlotState::Committed);
                 }
                 Ok(Record::CommitUpto(c)) => commit_upto = commit_upto.max(c),
+                Ok(Record::Snapshot { index, data }) => {
+                    let data = Bytes::from(data);
+                    ctx.push(Action::InstallSnapshot { data: data.clone() });
+                    self.log.skip_to(index + 1);
+                    self.snapshot = Some(LocalSnapshot { index, data });
+                    self.durable_base = index;
+                    commit_upto = commit_upto.max(index);
+                }
                 // Records are written by this code and checksummed by the WAL, so an
                 // undecodable one means a format change or a bug. Skipping it could forget a
                 // promise: stay passive instead, and say so in the status.
@@ -621,32 +1165,43 @@ impl Protocol for MultiPaxos {
         match event {
             Event::Message { from, msg, .. } => {
                 let Ok(msg) = decode::<Msg>(&msg) else { return };
-                if !self.members.contains(&from) {
+                if !self.members.contains(&from) || from == self.id {
                     return;
                 }
                 match msg {
                     Msg::Prepare { ballot, from_slot } => self.on_prepare(ctx, from, ballot, from_slot),
-                    Msg::Promise { ballot, accepted } => self.on_promise(ctx, from, ballot, accepted),
+                    Msg::Promise { ballot, accepted, trimmed } => self.on_promise(ctx, from, ballot, accepted, trimmed),
                     Msg::Accept { ballot, slot, value, commit_upto } => {
                         self.on_accept(ctx, from, ballot, slot, value, commit_upto)
                     }
                     Msg::Accepted { ballot, slot } => self.on_accepted(ctx, from, ballot, slot),
-                    Msg::Nack { ballot, promised } => self.on_nack(ctx, ballot, promised),
+                    Msg::Nack { ballot, promised } => self.on_nack(ctx, from, ballot, promised),
                     Msg::Heartbeat { ballot, commit_upto } => self.on_heartbeat(ctx, from, ballot, commit_upto),
                     Msg::CatchupReq { from: lo, to } => self.on_catchup_req(ctx, from, lo, to),
                     Msg::CatchupResp { entries, commit_upto, .. } => {
                         self.on_catchup_resp(ctx, from, entries, commit_upto)
                     }
+                    Msg::Control { ballot, le, gle } => {
+                        if self.holi.is_some() {
+                            self.on_control(ctx, from, ballot, le, gle)
+                        }
+                    }
+                    Msg::ControlAck { ballot, le } => self.on_control_ack(from, ballot, le),
+                    Msg::Trimmed { first } => self.on_trimmed(ctx, first),
+                    Msg::SnapshotReq { index, offset } => self.on_snapshot_req(ctx, from, index, offset),
+                    Msg::SnapshotChunk { index, offset, total, data } => {
+                        self.on_snapshot_chunk(ctx, from, index, offset, total, data)
+                    }
                 }
             }
             Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
-            Event::Timer(TIMER_ELECTION) => {
-                if self.role != Role::Leader {
-                    self.start_election(ctx);
-                }
-            }
+            Event::Timer(TIMER_ELECTION) => self.on_election_timer(ctx),
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
-            Event::Timer(_) | Event::Persisted { .. } | Event::SnapshotTaken { .. } => {}
+            Event::Timer(TIMER_SLOWDOWN) => self.on_slowdown_tick(ctx),
+            Event::Timer(TIMER_OVERLOAD) => self.on_overload_timer(ctx),
+            Event::Timer(TIMER_SNAPSHOT) => self.on_snapshot_timer(ctx),
+            Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
+            Event::Timer(_) | Event::Persisted { .. } => {}
         }
     }
 
@@ -656,12 +1211,36 @@ impl Protocol for MultiPaxos {
         extra.insert("in_flight".into(), self.in_flight.len().to_string());
         extra.insert("queued".into(), self.queue.len().to_string());
         extra.insert("log_len".into(), self.log.len().to_string());
+        if self.trim != TrimMode::None || self.snapshot.is_some() {
+            extra.insert("trim".into(), self.trim.name().to_string());
+            extra.insert("log_first".into(), self.log.first_index().to_string());
+            extra.insert("gle".into(), self.gle.to_string());
+            extra.insert("snapshots_installed".into(), self.snapshots_installed.to_string());
+        }
+        if let Some(s) = &self.snapshot {
+            extra.insert("snapshot_index".into(), s.index.to_string());
+            extra.insert("snapshot_bytes".into(), s.data.len().to_string());
+        }
+        if let Some(h) = &self.holi {
+            let mut churn = h.churn.clone();
+            let now = self.leader_contact.map_or(Time::ZERO, |(_, t)| t);
+            extra.insert("passive".into(), h.churn.is_passive().to_string());
+            extra.insert("own_elections".into(), churn.own_elections(now).to_string());
+            let dq: Vec<String> = h.churn.disqualified(None).iter().map(|n| n.to_string()).collect();
+            extra.insert("rule3_churners_below_others".into(), dq.join(","));
+            extra.insert("overload_markers".into(), h.markers_executed.to_string());
+            extra.insert("marker_elections".into(), h.marker_elections.to_string());
+            extra.insert("slow".into(), h.detector.is_slow().to_string());
+            if let Some(o) = &h.overload {
+                extra.insert("overload".into(), format!("slot {} by n{} remedied={}", o.slot, o.leader, o.remedied));
+            }
+        }
         if let Some(e) = &self.broken {
             extra.insert("error".into(), e.clone());
         }
         Status {
             id: self.id,
-            protocol: "multipaxos".into(),
+            protocol: self.name.into(),
             role: self.role,
             ballot: self.promised.to_string(),
             leader: self.leader,
@@ -673,12 +1252,17 @@ impl Protocol for MultiPaxos {
 
     fn describe_message(&self, msg: &[u8]) -> String {
         match decode::<Msg>(msg) {
-            Ok(Msg::Accept { ballot, slot, value, commit_upto }) => {
-                format!("Accept b={ballot} slot={slot} cmds={} commit={commit_upto}", value.len())
+            Ok(Msg::Accept { ballot, slot, value: Value::Cmds(b), commit_upto }) => {
+                format!("Accept b={ballot} slot={slot} cmds={} commit={commit_upto}", b.len())
             }
-            Ok(Msg::Promise { ballot, accepted }) => format!("Promise b={ballot} accepted={}", accepted.len()),
+            Ok(Msg::Promise { ballot, accepted, trimmed }) => {
+                format!("Promise b={ballot} accepted={} trimmed={trimmed}", accepted.len())
+            }
             Ok(Msg::CatchupResp { entries, commit_upto, .. }) => {
                 format!("CatchupResp entries={} commit={commit_upto}", entries.len())
+            }
+            Ok(Msg::SnapshotChunk { index, offset, total, .. }) => {
+                format!("SnapshotChunk index={index} {offset}/{total}")
             }
             Ok(m) => format!("{m:?}"),
             Err(e) => format!("<undecodable: {e}>"),

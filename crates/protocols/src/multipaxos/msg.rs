@@ -1,17 +1,56 @@
-//! MultiPaxos messages and durable records.
+//! MultiPaxos messages and durable records (plus the HoliPaxos layers' additions, which
+//! plain MultiPaxos never sends).
 
 use serde::{Deserialize, Serialize};
-use synod_core::{Ballot, Command};
+use synod_core::{Ballot, Command, NodeId};
 
-/// The value of one slot: a batch of client commands (a no-op batch is empty).
+/// A batch of client commands (a no-op batch is empty).
 pub type Batch = Vec<Command>;
+
+/// The value of one log slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Value {
+    /// Client commands, applied to the state machine in order.
+    Cmds(Batch),
+    /// A protocol marker: ordered like any value, never applied to the state machine.
+    Marker(Marker),
+}
+
+impl Value {
+    pub fn noop() -> Value {
+        Value::Cmds(Vec::new())
+    }
+
+    /// Client commands in the value.
+    pub fn len(&self) -> usize {
+        match self {
+            Value::Cmds(b) => b.len(),
+            Value::Marker(_) => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Markers written to the log by the HoliPaxos layers (§3.2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Marker {
+    /// Overload declaration: `leader`, leading in `ballot`, found itself slow at `at_ms`
+    /// (its clock), with its in-flight variance at that point (ops²). Followers whose last
+    /// successful leader it is start one election.
+    Overload { leader: NodeId, ballot: Ballot, at_ms: u64, variance: u64 },
+    /// The overload declared in slot `slot` was remedied by a leader change.
+    Remedied { slot: u64 },
+}
 
 /// One accepted slot as reported in a promise.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcceptedSlot {
     pub slot: u64,
     pub ballot: Ballot,
-    pub value: Batch,
+    pub value: Value,
     /// The sender knows this value is chosen.
     pub committed: bool,
 }
@@ -19,21 +58,39 @@ pub struct AcceptedSlot {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
     /// Phase 1a, for every slot from `from_slot` on (one phase 1 for all future slots).
+    /// HoliPaxos Rule 2: ballot 0 is a passive probe that every node rejects.
     Prepare { ballot: Ballot, from_slot: u64 },
-    /// Phase 1b: the acceptor promised `ballot` and reports what it accepted from `from_slot`.
-    Promise { ballot: Ballot, accepted: Vec<AcceptedSlot> },
+    /// Phase 1b: the acceptor promised `ballot` and reports what it accepted from
+    /// `from_slot`. `trimmed`: the acceptor dropped every slot up to it from its log (they
+    /// are chosen and executed); a candidate that has not executed them cannot learn them
+    /// from this promise and must fetch a snapshot first. Always 0 without trimming.
+    Promise { ballot: Ballot, accepted: Vec<AcceptedSlot>, trimmed: u64 },
     /// Phase 2a for one slot. `commit_upto` piggybacks the leader's committed prefix.
-    Accept { ballot: Ballot, slot: u64, value: Batch, commit_upto: u64 },
+    Accept { ballot: Ballot, slot: u64, value: Value, commit_upto: u64 },
     /// Phase 2b.
     Accepted { ballot: Ballot, slot: u64 },
-    /// Refusal: the sender has promised the higher `promised` ballot.
+    /// Refusal: the sender has promised the higher `promised` ballot. HoliPaxos Rule 3
+    /// rejects with `promised = 0` ("without giving a valid ballot").
     Nack { ballot: Ballot, promised: Ballot },
-    /// Leader heartbeat with its committed prefix and highest proposed slot.
+    /// Leader heartbeat with its committed prefix (plain MultiPaxos).
     Heartbeat { ballot: Ballot, commit_upto: u64 },
     /// A follower asks for the chosen values of slots `[from, to]`.
     CatchupReq { from: u64, to: u64 },
     /// Chosen values for a lagging follower.
-    CatchupResp { ballot: Ballot, entries: Vec<(u64, Batch)>, commit_upto: u64 },
+    CatchupResp { ballot: Ballot, entries: Vec<(u64, Value)>, commit_upto: u64 },
+    /// HoliPaxos single control message (§3.4): heartbeat + batch commit marker (the
+    /// leader's last executed index `le`) + `gle` (trim bound).
+    Control { ballot: Ballot, le: u64, gle: u64 },
+    /// A follower's answer to `Control`: its last executed index.
+    ControlAck { ballot: Ballot, le: u64 },
+    /// Answer to a `CatchupReq` for slots this replica trimmed: everything below `first` is
+    /// only available as a snapshot.
+    Trimmed { first: u64 },
+    /// Ask for an on-demand snapshot: `offset == 0` starts a transfer (of a fresh
+    /// snapshot), otherwise continue the transfer of the snapshot at `index`.
+    SnapshotReq { index: u64, offset: u64 },
+    /// One chunk of the snapshot covering slots up to `index`.
+    SnapshotChunk { index: u64, offset: u64, total: u64, data: Vec<u8> },
 }
 
 /// What MultiPaxos persists. Replayed in order on restart.
@@ -42,9 +99,12 @@ pub enum Record {
     /// Promised not to accept below `ballot`.
     Promise(Ballot),
     /// Accepted `value` for `slot` at `ballot`.
-    Accept { slot: u64, ballot: Ballot, value: Batch },
+    Accept { slot: u64, ballot: Ballot, value: Value },
     /// `value` is chosen for `slot` (learned through catch-up).
-    Chosen { slot: u64, value: Batch },
+    Chosen { slot: u64, value: Value },
     /// Every slot up to `upto` is chosen and the local copy is the chosen value.
     CommitUpto(u64),
+    /// A state machine snapshot covering every slot up to `index` (the start of a
+    /// compacted durable image).
+    Snapshot { index: u64, data: Vec<u8> },
 }

@@ -1,0 +1,263 @@
+//! The leader's slowdown self-detector (HoliPaxos §3.2, Algorithm 1).
+//!
+//! Every sample period (paper: 0.5 s) the leader records how many operations are in flight
+//! (received from clients, not yet executed) and how many it has executed in total. Over
+//! the last `samples` observations (paper: 15, i.e. 7.5 s) it computes the variance of the
+//! in-flight count, pushes it to a queue of recent variances and runs a two-sided CUSUM on
+//! the deviation of the new variance from the queue's mean:
+//!
+//! ```text
+//! dev = variance − mean(variance_queue)
+//! C⁺  = max(0, C⁺ + dev − ω)        C⁻ = min(0, C⁻ + dev + ω)
+//! C⁺ > threshold  and  TP(recent) ≤ TP(before)·(1 + tp_gain)          →  slow
+//! C⁻ < −threshold                                                      →  recovered
+//! ```
+//!
+//! (NOTES.md: the extraction lost the signs of Algorithm 1 line 10; this is the standard
+//! two-sided CUSUM with drift ω.) Using the *variance* rather than the count keeps a steady
+//! load increase from looking like a change point; the throughput test (line 11) dismisses
+//! a rise in variance that comes with more work done. `tp_gain` is the margin by which the
+//! throughput must have grown for the change to be dismissed (the paper says "a substantial
+//! increase"; 0 is the literal `TP ≤ TP_last`).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlowdownConfig {
+    pub enabled: bool,
+    pub sample: Duration,
+    pub samples: usize,
+    /// CUSUM decision threshold, in (ops)².
+    pub threshold: f64,
+    /// CUSUM drift ω, in (ops)².
+    pub omega: f64,
+    pub tp_gain: f64,
+    /// A leader may declare a new overload only once the previous declaration is remedied
+    /// or this long after it.
+    pub redeclare_after: Duration,
+}
+
+impl Default for SlowdownConfig {
+    fn default() -> Self {
+        SlowdownConfig {
+            enabled: true,
+            sample: Duration::from_millis(500),
+            samples: 15,
+            threshold: 3000.0,
+            omega: 100.0,
+            tp_gain: 0.1,
+            redeclare_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one sample concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing changed (or not enough history yet).
+    Steady,
+    /// An increasing change point without a matching throughput increase (line 12).
+    Slow,
+    /// An increasing change point dismissed because throughput grew as much.
+    Busier,
+    /// A decreasing change point (line 15).
+    Recovered,
+}
+
+#[derive(Clone, Debug)]
+pub struct SlowdownDetector {
+    cfg: SlowdownConfig,
+    /// Last `samples` in-flight counts.
+    inflight: VecDeque<f64>,
+    /// Executed-operation totals of the last `2 * samples + 1` samples (for TP of this and
+    /// the previous window).
+    executed: VecDeque<u64>,
+    variances: VecDeque<f64>,
+    c_pos: f64,
+    c_neg: f64,
+    slow: bool,
+    seen: usize,
+}
+
+impl SlowdownDetector {
+    pub fn new(cfg: SlowdownConfig) -> Self {
+        SlowdownDetector {
+            cfg,
+            inflight: VecDeque::new(),
+            executed: VecDeque::new(),
+            variances: VecDeque::new(),
+            c_pos: 0.0,
+            c_neg: 0.0,
+            slow: false,
+            seen: 0,
+        }
+    }
+
+    pub fn config(&self) -> &SlowdownConfig {
+        &self.cfg
+    }
+
+    /// Forget everything (a new leadership starts from a clean history).
+    pub fn reset(&mut self) {
+        *self = SlowdownDetector::new(self.cfg);
+    }
+
+    /// The detector's current opinion (Algorithm 1's `is_slow`).
+    pub fn is_slow(&self) -> bool {
+        self.slow
+    }
+
+    /// The in-flight variance of the latest full window (0 before the first).
+    pub fn variance(&self) -> f64 {
+        self.variances.back().copied().unwrap_or(0.0)
+    }
+
+    /// Samples recorded since the last reset.
+    pub fn samples_seen(&self) -> usize {
+        self.seen
+    }
+
+    /// Samples needed before a verdict can be reached at all (a full variance window plus
+    /// the throughput history of the "since/before" comparison).
+    pub fn warm_up(&self) -> usize {
+        let w = self.cfg.samples.max(2);
+        w + (w / 3).max(1) + 1
+    }
+
+    pub fn cusum(&self) -> (f64, f64) {
+        (self.c_pos, self.c_neg)
+    }
+
+    /// Record one sample: operations in flight now and operations executed so far.
+    pub fn sample(&mut self, inflight: u64, executed_total: u64) -> Verdict {
+        let w = self.cfg.samples.max(2);
+        self.seen += 1;
+        self.inflight.push_back(inflight as f64);
+        if self.inflight.len() > w {
+            self.inflight.pop_front();
+        }
+        self.executed.push_back(executed_total);
+        if self.executed.len() > 2 * w + 1 {
+            self.executed.pop_front();
+        }
+        if self.inflight.len() < w {
+            return Verdict::Steady;
+        }
+        let mean = self.inflight.iter().sum::<f64>() / w as f64;
+        let variance = self.inflight.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / w as f64;
+        self.variances.push_back(variance);
+        if self.variances.len() > w {
+            self.variances.pop_front();
+        }
+        let mean_var = self.variances.iter().sum::<f64>() / self.variances.len() as f64;
+        let dev = variance - mean_var;
+        self.c_pos = (self.c_pos + dev - self.cfg.omega).max(0.0);
+        self.c_neg = (self.c_neg + dev + self.cfg.omega).min(0.0);
+        if self.c_pos > self.cfg.threshold {
+            // Throughput of this window against the previous one; without a full previous
+            // window the change cannot be told apart from a load increase: keep watching.
+            let Some((tp, tp_last)) = self.throughputs(w) else { return Verdict::Steady };
+            self.c_pos = 0.0;
+            self.c_neg = 0.0;
+            if tp <= tp_last * (1.0 + self.cfg.tp_gain) {
+                self.slow = true;
+                return Verdict::Slow;
+            }
+            return Verdict::Busier;
+        }
+        if self.c_neg < -self.cfg.threshold {
+            self.c_pos = 0.0;
+            self.c_neg = 0.0;
+            self.slow = false;
+            return Verdict::Recovered;
+        }
+        Verdict::Steady
+    }
+
+    /// Throughput rates (ops per sample) *since* the change and *before* it: a CUSUM
+    /// alarm fires a few samples after the change, so "since" is the last `w / 3` samples
+    /// and "before" the `w` samples preceding them (Algorithm 1's TP(metrics) and
+    /// TP(metrics_last), made comparable for a sliding window).
+    fn throughputs(&self, w: usize) -> Option<(f64, f64)> {
+        let r = (w / 3).max(1);
+        if self.executed.len() < r + w + 1 {
+            return None;
+        }
+        let e = &self.executed;
+        let last = e.len() - 1;
+        let recent = (e[last] - e[last - r]) as f64 / r as f64;
+        let before = (e[last - r] - e[last - r - w]) as f64 / w as f64;
+        Some((recent, before))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic pseudo-random sequence (no RNG dependency in the detector tests).
+    fn noise(i: u64, amplitude: u64) -> u64 {
+        let x = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % (amplitude + 1)
+    }
+
+    /// Feed samples; returns the index of the first `Slow` verdict and the verdicts seen.
+    fn run(d: &mut SlowdownDetector, n: u64, f: impl Fn(u64) -> (u64, u64)) -> (Option<u64>, Vec<Verdict>) {
+        let mut executed = 0;
+        let mut first = None;
+        let mut seen = Vec::new();
+        for i in 0..n {
+            let (inflight, done) = f(i);
+            executed += done;
+            let v = d.sample(inflight, executed);
+            if v == Verdict::Slow && first.is_none() {
+                first = Some(i);
+            }
+            seen.push(v);
+        }
+        (first, seen)
+    }
+
+    #[test]
+    fn a_step_in_inflight_variance_is_detected() {
+        let mut d = SlowdownDetector::new(SlowdownConfig::default());
+        // 60 s healthy: ~100 in flight ± 5, 10k ops executed per sample. Then the leader
+        // loses CPU: the queue swings between ~100 and ~400 and throughput drops a little.
+        let (first, seen) =
+            run(&mut d, 240, |i| if i < 120 { (100 + noise(i, 10), 10_000) } else { (100 + noise(i, 300), 9_000) });
+        assert!(seen[..120].iter().all(|v| *v == Verdict::Steady), "no false alarm while healthy");
+        let at = first.expect("slowdown detected");
+        assert!((120..140).contains(&at), "detected at sample {at} (step at 120)");
+        assert!(d.is_slow());
+    }
+
+    #[test]
+    fn a_load_increase_with_matching_throughput_is_not_a_slowdown() {
+        let mut d = SlowdownDetector::new(SlowdownConfig::default());
+        // Stepwise load increases (Fig. 10c): every 100 samples the in-flight level and its
+        // spread grow with the offered load, and so does the executed throughput.
+        let (first, seen) = run(&mut d, 500, |i| {
+            let step = i / 100;
+            let level = 100 + 60 * step;
+            (level + noise(i, 10 + 20 * step), 10_000 + 4_000 * step)
+        });
+        assert_eq!(first, None, "verdicts: {:?}", seen.iter().filter(|v| **v != Verdict::Steady).collect::<Vec<_>>());
+        assert!(!d.is_slow());
+    }
+
+    #[test]
+    fn recovery_clears_the_flag_and_reset_forgets() {
+        let mut d = SlowdownDetector::new(SlowdownConfig::default());
+        let (first, seen) = run(&mut d, 300, |i| match i {
+            0..=59 => (100 + noise(i, 10), 10_000),
+            60..=179 => (100 + noise(i, 300), 9_000),
+            _ => (100 + noise(i, 10), 10_000),
+        });
+        assert!(first.is_some());
+        assert!(seen.contains(&Verdict::Recovered), "the variance fell back: recovered");
+        assert!(!d.is_slow());
+        d.reset();
+        assert_eq!(d.cusum(), (0.0, 0.0));
+    }
+}
