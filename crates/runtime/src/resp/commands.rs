@@ -295,7 +295,7 @@ fn int_arg(b: &Bytes) -> Result<i64, RespValue> {
 }
 
 fn pairs(args: &[Bytes], name: &str) -> Result<Vec<(Bytes, Bytes)>, RespValue> {
-    if args.is_empty() || args.len() % 2 != 0 {
+    if args.is_empty() || args.len() & 1 == 1 {
         return Err(wrong_arity(name));
     }
     Ok(args.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect())
