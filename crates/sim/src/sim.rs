@@ -28,7 +28,7 @@ use std::time::Duration;
 use synod_core::session::StateMachine;
 use synod_core::{
     Action, ClientRef, Command, Ctx, Event, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply, ReplyBody, Rng,
-    Role, Time, TimerId,
+    Role, Status, Time, TimerId,
 };
 use synod_protocols::registry::{ProtocolInfo, Setup};
 
@@ -122,6 +122,30 @@ pub struct SimConfig {
     pub fuzz_params: bool,
     /// Collect a readable trace (one line per event).
     pub trace: bool,
+    /// Scripted network shapes applied at fixed virtual times (on top of the random
+    /// faults; the heal at the end of the fault phase clears them too). Used to replay the
+    /// partition shapes of the HoliPaxos evaluation.
+    pub script: Vec<ScriptedCut>,
+    /// Virtual times at which every replica's status is recorded into the report.
+    pub probes: Vec<Duration>,
+}
+
+/// At `at`, replace the cut replica links by `links` (both directions; empty = reconnect).
+/// With `leader_as = Some(x)`, node ids `x` and the current leader (the live leader with the
+/// highest ballot) swap places in `links`, so a shape defined for "the leader is x" applies
+/// to whichever replica leads when it starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScriptedCut {
+    pub at: Duration,
+    pub links: Vec<(NodeId, NodeId)>,
+    pub leader_as: Option<NodeId>,
+}
+
+/// Every replica's status at one probe time (None = crashed).
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub at: Duration,
+    pub statuses: Vec<Option<Status>>,
 }
 
 impl SimConfig {
@@ -139,6 +163,8 @@ impl SimConfig {
             params: ProtocolParams::default(),
             fuzz_params: true,
             trace: false,
+            script: Vec::new(),
+            probes: Vec::new(),
         }
     }
 }
@@ -203,6 +229,8 @@ pub struct RunReport {
     pub stats: RunStats,
     /// The protocol parameters the run used (after fuzzing).
     pub params: ProtocolParams,
+    /// Statuses recorded at `SimConfig::probes`, then at the end of the run.
+    pub probes: Vec<Probe>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -213,6 +241,12 @@ const STREAM_FAULTS: u64 = 2;
 const STREAM_CLIENT: u64 = 3;
 const STREAM_REPLICA: u64 = 4;
 const STREAM_SETUP: u64 = 5;
+
+/// Orders "round.node" ballots and plain terms numerically (statuses print them as text).
+fn ballot_key(b: &str) -> (u64, u64) {
+    let mut it = b.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
 
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e3779b97f4a7c15);
@@ -318,6 +352,8 @@ enum Ev {
     },
     Heal,
     ConvergeCheck,
+    Script(usize),
+    Probe(Duration),
 }
 
 struct Scheduled {
@@ -485,6 +521,7 @@ struct Sim<'a> {
     done: bool,
     trace: Option<Vec<String>>,
     stats: RunStats,
+    probes: Vec<Probe>,
 }
 
 /// Upper bound on processed events, so a protocol that spins on zero-delay timers ends
@@ -516,7 +553,10 @@ pub fn run(cfg: &SimConfig) -> RunReport {
     sim.stats.ops_completed = history.ops.iter().filter(|o| o.ret.is_some()).count() as u64;
     sim.stats.ops_indeterminate = history.ops.len() as u64 - sim.stats.ops_completed;
     let trace = sim.trace.take().unwrap_or_default();
-    RunReport { seed: cfg.seed, failure, history, trace, stats: sim.stats, params: sim.params }
+    let end = Duration::from_nanos(sim.now);
+    sim.probe(end);
+    let probes = std::mem::take(&mut sim.probes);
+    RunReport { seed: cfg.seed, failure, history, trace, stats: sim.stats, params: sim.params, probes }
 }
 
 impl<'a> Sim<'a> {
@@ -602,6 +642,7 @@ impl<'a> Sim<'a> {
             done: false,
             trace: cfg.trace.then(Vec::new),
             stats: RunStats::default(),
+            probes: Vec::new(),
         }
     }
 
@@ -647,6 +688,52 @@ impl<'a> Sim<'a> {
             self.schedule(at, Ev::FaultTick);
         }
         self.schedule(self.cfg.fault_phase.as_nanos() as u64, Ev::Heal);
+        for (i, c) in self.cfg.script.iter().enumerate() {
+            self.schedule(c.at.as_nanos() as u64, Ev::Script(i));
+        }
+        for &at in &self.cfg.probes {
+            self.schedule(at.as_nanos() as u64, Ev::Probe(at));
+        }
+    }
+
+    /// Apply scripted cut `i` (ignored after the heal: the liveness phase is fault-free).
+    fn apply_script(&mut self, i: usize) {
+        if self.healed {
+            return;
+        }
+        let c = &self.cfg.script[i];
+        let leader = self
+            .replicas
+            .iter()
+            .filter_map(|r| r.proto.as_ref().map(|p| p.status()))
+            .filter(|s| s.role == Role::Leader)
+            .max_by_key(|s| ballot_key(&s.ballot))
+            .map(|s| s.id);
+        let swap = |n: NodeId| match (c.leader_as, leader) {
+            (Some(x), Some(l)) if n == x => l,
+            (Some(x), Some(l)) if n == l => x,
+            _ => n,
+        };
+        let mut cut = BTreeSet::new();
+        let mut desc = Vec::new();
+        for &(a, b) in &c.links {
+            let (a, b) = (swap(a), swap(b));
+            let ia = self.members.iter().position(|&m| m == a);
+            let ib = self.members.iter().position(|&m| m == b);
+            if let (Some(ia), Some(ib)) = (ia, ib) {
+                cut.insert((ia, ib));
+                cut.insert((ib, ia));
+                desc.push(format!("n{a}-n{b}"));
+            }
+        }
+        self.net.cut = cut;
+        self.stats.partitions += 1;
+        self.log("net", || format!("scripted cut [{}] (leader n{leader:?})", desc.join(" ")));
+    }
+
+    fn probe(&mut self, at: Duration) {
+        let statuses = self.replicas.iter().map(|r| r.proto.as_ref().map(|p| p.status())).collect();
+        self.probes.push(Probe { at, statuses });
     }
 
     fn run_loop(&mut self) {
@@ -737,6 +824,8 @@ impl<'a> Sim<'a> {
                 }
             }
             Ev::Heal => self.heal(),
+            Ev::Script(i) => self.apply_script(i),
+            Ev::Probe(at) => self.probe(at),
             Ev::ConvergeCheck => self.converge_check(),
         }
     }
