@@ -335,9 +335,12 @@ enum Ev {
     ClientIssue {
         client: usize,
     },
+    /// Resend the pending request; stale unless `attempt` is still the latest (a
+    /// duplicated reply must not fork a second retry chain).
     ClientResend {
         client: usize,
         seq: u64,
+        attempt: u32,
     },
     ClientTimeout {
         client: usize,
@@ -811,8 +814,8 @@ impl<'a> Sim<'a> {
             }
             Ev::Response { client, reply } => self.client_response(client, reply),
             Ev::ClientIssue { client } => self.client_issue(client),
-            Ev::ClientResend { client, seq } => {
-                if self.clients[client].pending.as_ref().is_some_and(|p| p.seq == seq) {
+            Ev::ClientResend { client, seq, attempt } => {
+                if self.clients[client].pending.as_ref().is_some_and(|p| p.seq == seq && p.attempt == attempt) {
                     self.client_send(client);
                 }
             }
@@ -1280,10 +1283,10 @@ impl<'a> Sim<'a> {
     fn client_retry(&mut self, ci: usize, target: usize, delay: u64) {
         let Some(p) = self.clients[ci].pending.as_mut() else { return };
         p.target = target;
-        p.attempt += 1; // invalidates the outstanding timeout
-        let seq = p.seq;
+        p.attempt += 1; // invalidates the outstanding timeout and any earlier resend
+        let (seq, attempt) = (p.seq, p.attempt);
         self.clients[ci].leader_guess = target;
-        self.schedule(self.now + delay, Ev::ClientResend { client: ci, seq });
+        self.schedule(self.now + delay, Ev::ClientResend { client: ci, seq, attempt });
     }
 
     fn client_timeout(&mut self, ci: usize, seq: u64, attempt: u32) {

@@ -23,9 +23,15 @@ fn base(seed: u64) -> SimConfig {
 fn must_pass(cfg: &SimConfig) -> RunReport {
     let report = run(cfg);
     if let Some(f) = &report.failure {
-        let tail: Vec<&String> = report.trace.iter().rev().take(30).collect();
+        // Replay the seed with a trace (runs are deterministic) for the failure message.
+        let traced = run(&SimConfig { trace: true, ..cfg.clone() });
+        let skip = traced.trace.len().saturating_sub(60);
+        let tail = traced.trace[skip..].join("\n");
+        if let Ok(path) = std::env::var("HOLIPAXOS_TRACE") {
+            std::fs::write(path, traced.trace.join("\n")).expect("write trace");
+        }
         panic!(
-            "holipaxos seed {} ({} replicas, options {:?}): {f}\n{tail:#?}",
+            "holipaxos seed {} ({} replicas, options {:?}): {f}\n--- trace tail ---\n{tail}",
             cfg.seed, cfg.replicas, cfg.params.options
         );
     }
@@ -38,8 +44,10 @@ fn every_trim_mode_survives_all_faults() {
     // modes exercise trimming below lagging replicas, Trimmed replies, on-demand snapshot
     // transfers under loss and crashes, and compacted durable images.
     let modes: &[&[(&str, &str)]] = &[&[("trim", "quorum")], &[("trim", "snapshot")], &[("compact_every", "7")]];
+    // HOLIPAXOS_SEEDS=N soaks longer (default 120 seeds per mode).
+    let seeds: u64 = std::env::var("HOLIPAXOS_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(120);
     for (m, opts) in modes.iter().enumerate() {
-        for seed in 0..120 {
+        for seed in 0..seeds {
             let replicas = if seed % 4 == 0 { 5 } else { 3 };
             must_pass(&SimConfig { params: params(opts), replicas, ..base(seed + 10_000 * m as u64) });
         }

@@ -295,6 +295,9 @@ impl MultiPaxos {
         if self.role == Role::Candidate {
             self.step_down(ctx, None);
         }
+        // Our election timer expired: whoever we promised last is no leader we know of, so
+        // stop sending clients to it.
+        self.leader = None;
         if let Some(h) = self.holi.as_mut() {
             h.churn.attempt_started(Ballot::ZERO);
         }
@@ -765,8 +768,19 @@ impl MultiPaxos {
 
     fn on_catchup_req(&mut self, ctx: &mut Ctx<'_>, from_node: NodeId, from: u64, to: u64) {
         if from < self.log.first_index() {
-            // Trimmed here: only a snapshot can bring the requester past this point.
-            ctx.send(from_node, &Msg::Trimmed { first: self.log.first_index() });
+            // Trimmed here: only a snapshot can bring the requester past this point. Point
+            // it to the most advanced other follower (the leader's LE reports).
+            let first = self.log.first_index();
+            let source = self.holi.as_ref().and_then(|h| {
+                self.members
+                    .iter()
+                    .copied()
+                    .filter(|m| *m != self.id && *m != from_node)
+                    .filter_map(|m| h.les.get(m).filter(|le| *le + 1 >= first).map(|le| (le, m)))
+                    .max()
+                    .map(|(_, m)| m)
+            });
+            ctx.send(from_node, &Msg::Trimmed { first, source: source.or(Some(self.id)) });
             return;
         }
         let to = to.min(from.saturating_add(self.params.catchup_chunk as u64 - 1));
@@ -805,9 +819,9 @@ impl MultiPaxos {
         }
     }
 
-    fn on_trimmed(&mut self, ctx: &mut Ctx<'_>, first: u64) {
+    fn on_trimmed(&mut self, ctx: &mut Ctx<'_>, first: u64, source: Option<NodeId>) {
         if first > self.log.committed_prefix() + 1 && self.role == Role::Follower {
-            self.request_snapshot(ctx, None);
+            self.request_snapshot(ctx, source.filter(|s| *s != self.id));
         }
     }
 
@@ -1079,6 +1093,23 @@ impl MultiPaxos {
             return;
         }
         f.progress_at = ctx.now;
+        if index <= self.log.executed_upto() {
+            // This source is no further than we are: try the next one, and give up after
+            // asking everyone (the next Trimmed answer starts over).
+            f.tries += 1;
+            let tries = f.tries;
+            if tries as usize >= self.members.len() {
+                self.fetch = None;
+                ctx.cancel_timer(TIMER_SNAPSHOT);
+                return;
+            }
+            let next = self.snapshot_source(tries);
+            if let Some(f) = self.fetch.as_mut() {
+                f.from = next;
+            }
+            ctx.send(next, &Msg::SnapshotReq { index: 0, offset: 0 });
+            return;
+        }
         let Some(full) = self.incoming.offer(index, offset, total, &data) else {
             let received = self.incoming.received(index);
             ctx.send(from, &Msg::SnapshotReq { index, offset: received });
@@ -1187,7 +1218,7 @@ impl Protocol for MultiPaxos {
                         }
                     }
                     Msg::ControlAck { ballot, le } => self.on_control_ack(from, ballot, le),
-                    Msg::Trimmed { first } => self.on_trimmed(ctx, first),
+                    Msg::Trimmed { first, source } => self.on_trimmed(ctx, first, source),
                     Msg::SnapshotReq { index, offset } => self.on_snapshot_req(ctx, from, index, offset),
                     Msg::SnapshotChunk { index, offset, total, data } => {
                         self.on_snapshot_chunk(ctx, from, index, offset, total, data)

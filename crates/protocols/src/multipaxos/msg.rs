@@ -84,8 +84,9 @@ pub enum Msg {
     /// A follower's answer to `Control`: its last executed index.
     ControlAck { ballot: Ballot, le: u64 },
     /// Answer to a `CatchupReq` for slots this replica trimmed: everything below `first` is
-    /// only available as a snapshot.
-    Trimmed { first: u64 },
+    /// only available as a snapshot. `source`: a non-leader peer known (from its LE
+    /// reports) to have executed that far, to ask for it.
+    Trimmed { first: u64, source: Option<NodeId> },
     /// Ask for an on-demand snapshot: `offset == 0` starts a transfer (of a fresh
     /// snapshot), otherwise continue the transfer of the snapshot at `index`.
     SnapshotReq { index: u64, offset: u64 },
