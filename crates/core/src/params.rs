@@ -54,6 +54,35 @@ impl ProtocolParams {
     }
 
     /// Check the values for consistency; the error says which setting is wrong.
+    /// Set one parameter from a `KEY=VALUE` pair of the command line: a field name sets that
+    /// field (an integer), anything else is a protocol option (checked by the protocol when it
+    /// is built, so a misspelled option is still an error there).
+    pub fn set(&mut self, assignment: &str) -> Result<(), String> {
+        let (key, value) = assignment
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| format!("parameter {assignment:?}: expected KEY=VALUE"))?;
+        let int =
+            || value.parse::<u64>().map_err(|_| format!("parameter {key}: {value:?} is not a non-negative integer"));
+        match key {
+            "heartbeat_ms" => self.heartbeat_ms = int()?,
+            "election_timeout_min_ms" => self.election_timeout_min_ms = int()?,
+            "election_timeout_max_ms" => self.election_timeout_max_ms = int()?,
+            "max_batch" => self.max_batch = int()? as usize,
+            "pipeline_window" => self.pipeline_window = int()? as usize,
+            "catchup_chunk" => self.catchup_chunk = int()? as usize,
+            "snapshot_every" => self.snapshot_every = int()?,
+            "snapshot_keep" => self.snapshot_keep = int()?,
+            "snapshot_chunk_bytes" => self.snapshot_chunk_bytes = int()? as usize,
+            option => {
+                let option = option.strip_prefix("options.").unwrap_or(option);
+                self.options.insert(option.to_string(), value.to_string());
+            }
+        }
+        self.validate().map_err(|e| format!("parameter {key}: {e}"))
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if self.heartbeat_ms == 0 {
             return Err("heartbeat_ms must be > 0".into());
@@ -113,5 +142,24 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits { max_key_bytes: 64 * 1024, max_value_bytes: 16 * 1024 * 1024, max_frame_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+#[cfg(test)]
+mod set_tests {
+    use super::*;
+
+    #[test]
+    fn command_line_assignments() {
+        let mut p = ProtocolParams::default();
+        p.set("snapshot_every=0").unwrap();
+        p.set("prevote = true").unwrap();
+        p.set("options.trim=gle").unwrap();
+        assert_eq!(p.snapshot_every, 0);
+        assert_eq!(p.options.get("prevote").map(String::as_str), Some("true"));
+        assert_eq!(p.options.get("trim").map(String::as_str), Some("gle"));
+        assert!(p.set("heartbeat_ms=fast").unwrap_err().contains("not a non-negative integer"));
+        assert!(p.set("novalue").unwrap_err().contains("KEY=VALUE"));
+        assert!(p.set("=3").is_err());
     }
 }

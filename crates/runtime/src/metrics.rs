@@ -70,6 +70,8 @@ pub struct NodeMetrics {
     pub snapshots: Counter,
     pub snapshot_seconds: metrics::Histogram,
     pub snapshot_pause_seconds: metrics::Histogram,
+    /// Duration of one node-loop turn (a batch of events, their actions, the WAL commit).
+    pub turn_seconds: metrics::Histogram,
     pub snapshot_bytes: Gauge,
     /// Bytes of keys and values held by the state machine, and the protocol's log length.
     pub state_bytes: Gauge,
@@ -99,6 +101,7 @@ impl NodeMetrics {
             snapshots: c("synod_snapshots_total"),
             snapshot_seconds: metrics::histogram!("synod_snapshot_duration_seconds", "node" => n.clone()),
             snapshot_pause_seconds: metrics::histogram!("synod_snapshot_pause_seconds", "node" => n.clone()),
+            turn_seconds: metrics::histogram!("synod_turn_seconds", "node" => n.clone()),
             snapshot_bytes: g("synod_snapshot_bytes"),
             state_bytes: g("synod_state_machine_bytes"),
             log_len: g("synod_log_entries"),

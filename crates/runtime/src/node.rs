@@ -75,6 +75,21 @@ impl Default for Clock {
     }
 }
 
+/// An event whose handling (protocol step + executing its actions) takes this long is logged:
+/// everything else on the replica waited for it.
+const SLOW_EVENT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A name for an event in logs (no payload).
+fn event_kind(event: &Event) -> &'static str {
+    match event {
+        Event::Message { .. } => "message",
+        Event::Request { .. } => "request",
+        Event::Timer(_) => "timer",
+        Event::Persisted { .. } => "persisted",
+        Event::SnapshotTaken { .. } => "snapshot-taken",
+    }
+}
+
 /// Something that leaves the replica, possibly held back until the turn's commit.
 enum Outgoing {
     Peer(NodeId, Bytes),
@@ -242,13 +257,20 @@ impl Driver {
         let mut turn = Turn::default();
         let mut actions = Vec::new();
         let mut n = 0u64;
+        let started = Instant::now();
         for event in events {
             n += 1;
+            let kind = event_kind(&event);
+            let event_started = Instant::now();
             let mut ctx = Ctx::new(self.id, self.clock.now(), &mut self.rng, &mut actions);
             ctx.load.queued_requests = queued;
             self.protocol.on_event(&mut ctx, event);
             for a in actions.drain(..) {
                 self.execute(a, &mut turn)?;
+            }
+            let took = event_started.elapsed();
+            if took >= SLOW_EVENT {
+                warn!(?took, event = kind, "slow event: the node loop stopped for it");
             }
         }
         if n == 0 && !turn.dirty && turn.held.is_empty() {
@@ -256,7 +278,9 @@ impl Driver {
         }
         self.metrics.batches.increment(1);
         self.metrics.events.increment(n);
-        self.finish_turn(turn).await
+        let result = self.finish_turn(turn).await;
+        self.metrics.turn_seconds.record(started.elapsed().as_secs_f64());
+        result
     }
 
     /// Execute one action. Storage writes happen now; what leaves the replica is held back

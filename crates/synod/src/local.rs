@@ -41,9 +41,20 @@ pub struct Args {
     /// Log filter of the replicas.
     #[arg(long, default_value = "info")]
     pub log_level: String,
+    /// Protocol parameter KEY=VALUE (repeatable): a ProtocolParams field such as
+    /// `snapshot_every=0` or `heartbeat_ms=20`, or a protocol option such as `prevote=true`.
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
 }
 
 pub fn main(args: Args) -> ExitCode {
+    let mut params = ProtocolParams::default();
+    for p in &args.params {
+        if let Err(e) = params.set(p) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let spec = Spec {
         nodes: args.nodes,
         protocol: args.protocol.clone(),
@@ -52,7 +63,7 @@ pub fn main(args: Args) -> ExitCode {
         fsync: args.fsync,
         ports: Ports::Base(args.base_port),
         log_level: args.log_level.clone(),
-        params: ProtocolParams::default(),
+        params,
     };
     let mut cluster = match Cluster::start(&spec) {
         Ok(c) => c,

@@ -702,7 +702,7 @@ impl Raft {
         let suffix: Vec<Entry> = self.log.range(s.index + 1, self.last_index()).map(|(_, e)| e.value.clone()).collect();
         let mut records = vec![
             Record::HardState { term: self.term, voted_for: self.voted_for },
-            Record::Snapshot { index: s.index, term: s.term, data: s.data.to_vec() },
+            Record::Snapshot { index: s.index, term: s.term, data: s.data.clone() },
         ];
         if !suffix.is_empty() {
             records.push(Record::Entries { first: s.index + 1, entries: suffix });
@@ -722,7 +722,7 @@ impl Raft {
         pr.snapshot_offset = Some(offset);
         pr.in_flight = 1;
         pr.last_sent = ctx.now;
-        let data = chunk(&s.data, offset, self.params.snapshot_chunk_bytes).to_vec();
+        let data = s.data.slice_ref(chunk(&s.data, offset, self.params.snapshot_chunk_bytes));
         ctx.send(
             to,
             &Msg::Snapshot {
@@ -805,7 +805,7 @@ struct SnapshotArgs {
     snap_term: u64,
     offset: u64,
     total: u64,
-    data: Vec<u8>,
+    data: Bytes,
 }
 
 impl Protocol for Raft {
@@ -830,7 +830,6 @@ impl Protocol for Raft {
                 }
                 Ok(Record::Commit(c)) => commit = commit.max(c),
                 Ok(Record::Snapshot { index, term, data }) => {
-                    let data = Bytes::from(data);
                     ctx.push(Action::InstallSnapshot { data: data.clone() });
                     self.snapshot = Some(Snapshot { index, term, data });
                     self.log.reset_to(index + 1);

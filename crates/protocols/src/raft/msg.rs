@@ -1,6 +1,7 @@
 //! Raft messages and durable records (Ongaro & Ousterhout, Fig. 2, plus PreVote §9.6 of the
 //! thesis and InstallSnapshot §7).
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use synod_core::{Command, NodeId};
 
@@ -53,7 +54,9 @@ pub enum Msg {
         snap_term: u64,
         offset: u64,
         total: u64,
-        data: Vec<u8>,
+        /// `Bytes`, not `Vec<u8>`: serialized as one byte string (a memcpy), not byte by byte,
+        /// and a chunk is a zero-copy slice of the snapshot. Same postcard encoding as before.
+        data: Bytes,
     },
     /// The follower has `offset` bytes of the snapshot (or, with `done`, installed it).
     SnapshotResp {
@@ -74,5 +77,5 @@ pub enum Record {
     /// Everything up to `upto` is committed (written lazily; only speeds up restart).
     Commit(u64),
     /// A snapshot of the state machine covering the log up to `index` (term `term`).
-    Snapshot { index: u64, term: u64, data: Vec<u8> },
+    Snapshot { index: u64, term: u64, data: Bytes },
 }
