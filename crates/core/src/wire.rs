@@ -31,6 +31,10 @@ pub enum ServerMsg {
 pub struct PeerHello {
     pub cluster: String,
     pub from: u32,
+    /// Chosen at random when the replica process starts (never 0). A dial from a new
+    /// incarnation tells the receiver that the peer restarted and its own outbound socket to
+    /// it may be stale; a redial from the same incarnation (a lost connection) does not.
+    pub incarnation: u64,
 }
 
 /// Errors while reading frames. Every one closes the connection; none panics.

@@ -18,7 +18,7 @@ async fn main() {
     let size: usize = args.get(2).map_or(64, |s| s.parse().unwrap());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut tasks = JoinSet::new();
-    let identity = Identity { me: 1, cluster: "bench".into(), max_frame_bytes: 1 << 20 };
+    let identity = Identity { me: 1, cluster: "bench".into(), max_frame_bytes: 1 << 20, incarnation: 1 };
     let link = std::sync::Arc::new(synod_runtime::link::Link::new(1, 2));
     if let Some(mbit) = args.get(3) {
         link.set(synod_runtime::link::LinkSpec { bandwidth_mbit: Some(mbit.parse().unwrap()), ..Default::default() });

@@ -94,6 +94,7 @@ pub async fn run_protocol(
         me: config.id,
         cluster: config.cluster.clone(),
         max_frame_bytes: config.limits.max_frame_bytes,
+        incarnation: transport::new_incarnation(),
     };
 
     let mut tasks = JoinSet::new();

@@ -92,6 +92,14 @@ pub struct Identity {
     pub me: NodeId,
     pub cluster: String,
     pub max_frame_bytes: usize,
+    /// This process's incarnation, sent in every hello (see [`PeerHello::incarnation`]).
+    pub incarnation: u64,
+}
+
+/// A fresh incarnation number for a replica starting now: never 0, different across restarts.
+pub fn new_incarnation() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    ((nanos as u64) ^ ((std::process::id() as u64) << 40)) | 1
 }
 
 /// Start the outbound task of `peer` in `tasks`; returns the queue handle. `link` is the
@@ -139,7 +147,11 @@ async fn outbound(
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u64;
     let mut restarts = restart_signal(&identity.cluster, identity.me, peer).subscribe();
-    let hello = wire::frame(&PeerHello { cluster: identity.cluster.clone(), from: identity.me });
+    let hello = wire::frame(&PeerHello {
+        cluster: identity.cluster.clone(),
+        from: identity.me,
+        incarnation: identity.incarnation,
+    });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         let mut stream = match TcpStream::connect(addr).await {
@@ -175,7 +187,7 @@ async fn outbound(
             tokio::select! {
                 biased;
                 Ok(()) = restarts.changed() => {
-                    info!(peer, %addr, "peer dialed us again (it restarted); replacing our connection to it");
+                    info!(peer, %addr, "peer restarted; replacing our connection to it");
                     break Ended::PeerRestarted;
                 }
                 // The peer never sends on this connection, so whatever the read yields means
@@ -277,13 +289,17 @@ async fn sleep_backoff(backoff: &mut Duration, rng: &mut impl rand::Rng) {
 /// Restart announcements for the outbound link (cluster, me, peer): the generation goes up
 /// each time that peer completes a handshake on an inbound connection to `me`.
 ///
-/// A peer that dials us again has restarted, and our outbound socket to it may be stale
-/// without any FIN having reached us (its host rebooted, a partition healed); the first
-/// message written there would be lost. The inbound acceptor and the outbound tasks are
-/// wired separately by the caller, so they meet in this process-wide registry instead of
-/// through a handle. Keys are tiny and few (one per link), so entries are never removed. Two
-/// replicas in one process that share cluster name and ids (tests) can see each other's
-/// announcements: that costs one needless reconnect, never a message.
+/// A peer that dials us from a new incarnation has restarted, and our outbound socket to it
+/// may be stale without any FIN having reached us (its host rebooted); the first message
+/// written there would be lost. The registry holds the last incarnation seen per link and
+/// wakes the outbound task only when it changes: waking it on every inbound dial would make
+/// two replicas replace each other's connections forever (each redial is an inbound dial on
+/// the other side), which is what happened before incarnations existed. The inbound acceptor
+/// and the outbound tasks are wired separately by the caller, so they meet in this
+/// process-wide registry instead of through a handle. Keys are tiny and few (one per link), so
+/// entries are never removed. Two replicas in one process that share cluster name and ids
+/// (tests) can see each other's announcements: that costs a needless reconnect, never a
+/// message.
 fn restart_signal(cluster: &str, me: NodeId, peer: NodeId) -> watch::Sender<u64> {
     type Links = HashMap<(String, NodeId, NodeId), watch::Sender<u64>>;
     static LINKS: OnceLock<Mutex<Links>> = OnceLock::new();
@@ -358,7 +374,15 @@ async fn serve_peer(
         bail!("unknown peer id {from} in the handshake");
     };
     debug!(from, "peer connected");
-    restart_signal(&identity.cluster, identity.me, from).send_modify(|generation| *generation += 1);
+    let incarnation = hello.incarnation;
+    let restarted = restart_signal(&identity.cluster, identity.me, from).send_if_modified(|seen| {
+        let restarted = *seen != 0 && *seen != incarnation;
+        *seen = incarnation;
+        restarted
+    });
+    if restarted {
+        info!(from, "peer restarted (new incarnation); our connection to it will be replaced");
+    }
     while let Some(frame) = read_frame(&mut stream, &mut buf, identity.max_frame_bytes).await? {
         let f: PeerFrame = wire::decode_payload(&frame).with_context(|| format!("from peer {from}"))?;
         metrics.received.increment(1);
@@ -428,7 +452,7 @@ mod tests {
     }
 
     fn test_identity(me: NodeId, cluster: &str) -> Identity {
-        Identity { me, cluster: cluster.to_owned(), max_frame_bytes: 1 << 16 }
+        Identity { me, cluster: cluster.to_owned(), max_frame_bytes: 1 << 16, incarnation: 100 + me as u64 }
     }
 
     /// Accept one connection within a generous deadline and check its preamble.
@@ -456,7 +480,7 @@ mod tests {
         let hello = read_frame(&mut second, &mut buf, 1 << 16).await.unwrap().unwrap();
         assert_eq!(
             wire::decode_payload::<PeerHello>(&hello).unwrap(),
-            PeerHello { cluster: "redial-on-eof".into(), from: 1 }
+            PeerHello { cluster: "redial-on-eof".into(), from: 1, incarnation: 101 }
         );
     }
 
@@ -483,16 +507,30 @@ mod tests {
         let members = Arc::new(HashMap::from([(2, PeerMetrics::new(1, 2))]));
         let (inbox_tx, mut inbox_rx) = mpsc::channel(16);
         tasks.spawn(accept_peers(our_listener, test_identity(1, cluster), members, inbox_tx));
-        let mut dial_in = TcpStream::connect(our_addr).await.unwrap();
-        let mut preamble = BytesMut::new();
-        preamble.extend_from_slice(PEER_MAGIC);
-        preamble.extend_from_slice(&wire::frame(&PeerHello { cluster: cluster.into(), from: 2 }));
+        // Peer 2 dials in with the incarnation we know, then redials with the same one (a
+        // lost connection, not a restart): our connection to it stays.
+        let dial = |incarnation: u64, seq: u64| async move {
+            let mut dial_in = TcpStream::connect(our_addr).await.unwrap();
+            let mut preamble = BytesMut::new();
+            preamble.extend_from_slice(PEER_MAGIC);
+            preamble.extend_from_slice(&wire::frame(&PeerHello { cluster: cluster.into(), from: 2, incarnation }));
+            let frame = PeerFrame { sent_at: seq, msg: Bytes::from_static(b"ping") };
+            encode_frame(&mut preamble, &frame, 1 << 16, 1);
+            dial_in.write_all(&preamble).await.unwrap();
+            dial_in
+        };
+        let mut conns = Vec::new();
+        for (incarnation, seq) in [(10, 1), (10, 2), (11, 3)] {
+            conns.push(dial(incarnation, seq).await);
+            // Once this message is through, the hello has been handled.
+            let got = tokio::time::timeout(Duration::from_secs(5), inbox_rx.recv()).await.unwrap().unwrap();
+            assert_eq!((got.from, got.sent_at), (2, Time(seq)));
+            if incarnation == 10 {
+                let redial = tokio::time::timeout(Duration::from_millis(300), peer_listener.accept()).await;
+                assert!(redial.is_err(), "no reconnect without a restart");
+            }
+        }
         let frame = PeerFrame { sent_at: 5, msg: Bytes::from_static(b"ping") };
-        encode_frame(&mut preamble, &frame, 1 << 16, 1);
-        dial_in.write_all(&preamble).await.unwrap();
-        // Once this message is through, the hello has been handled.
-        let got = tokio::time::timeout(Duration::from_secs(5), inbox_rx.recv()).await.unwrap().unwrap();
-        assert_eq!((got.from, got.msg), (2, frame.msg.clone()));
 
         // Our outbound task drops the stale connection and dials again; the next message goes
         // on the new one.

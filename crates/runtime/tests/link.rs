@@ -43,7 +43,7 @@ impl Pair {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut tasks = JoinSet::new();
         let link = Arc::new(Link::new(1, 2));
-        let identity = Identity { me: 1, cluster: cluster.into(), max_frame_bytes: MAX_FRAME };
+        let identity = Identity { me: 1, cluster: cluster.into(), max_frame_bytes: MAX_FRAME, incarnation: 1 };
         let sender =
             transport::spawn_outbound(&mut tasks, identity, 2, listener.local_addr().unwrap(), 7, link.clone());
         let (mut stream, _) =

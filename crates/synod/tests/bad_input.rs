@@ -64,11 +64,19 @@ async fn garbage_and_oversized_frames_close_the_connection_only() {
         oversized.extend_from_slice(&length_prefix(u32::MAX));
         assert_closed_after(&peer_addr, &oversized, "oversized peer frame").await;
         let mut wrong_cluster = PEER_MAGIC.to_vec();
-        wrong_cluster.extend_from_slice(&wire::frame(&PeerHello { cluster: "another-cluster".into(), from: 2 }));
+        wrong_cluster.extend_from_slice(&wire::frame(&PeerHello {
+            cluster: "another-cluster".into(),
+            from: 2,
+            incarnation: 1,
+        }));
         assert_closed_after(&peer_addr, &wrong_cluster, "peer hello of another cluster").await;
         let mut bad_after_hello = PEER_MAGIC.to_vec();
         let from = if id == 1 { 2 } else { 1 };
-        bad_after_hello.extend_from_slice(&wire::frame(&PeerHello { cluster: "synod-test".into(), from }));
+        bad_after_hello.extend_from_slice(&wire::frame(&PeerHello {
+            cluster: "synod-test".into(),
+            from,
+            incarnation: 1,
+        }));
         bad_after_hello.extend_from_slice(&length_prefix(limit + 1));
         assert_closed_after(&peer_addr, &bad_after_hello, "oversized frame after a valid peer hello").await;
     }
