@@ -15,4 +15,12 @@ for p in $("$bin" protocols | awk '{print $1}'); do
   echo "== $p: $SEEDS5 seeds, 5 replicas, all faults"
   "$bin" check --protocol "$p" --seeds "$SEEDS5" --replicas 5 --start-seed 1000000 --faults all || status=1
 done
+# Non-default protocol options that change what is replicated or trimmed.
+for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot"; do
+  set -- $opts
+  p=$1; shift
+  params=(); for kv in "$@"; do params+=(--param "$kv"); done
+  echo "== $p $*: $SEEDS5 seeds, 3 replicas, all faults"
+  "$bin" check --protocol "$p" "${params[@]}" --seeds "$SEEDS5" --start-seed 2000000 --faults all || status=1
+done
 exit $status

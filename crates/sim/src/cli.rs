@@ -36,6 +36,12 @@ pub struct CheckArgs {
     /// Write each run's client history (docs/history-format.md) into this directory.
     #[arg(long)]
     pub export_history: Option<PathBuf>,
+    /// Protocol parameter KEY=VALUE (repeatable), as for `synod local --param`: a
+    /// ProtocolParams field (e.g. `snapshot_every=50`) or a protocol option (e.g.
+    /// `trim=quorum`). The simulator still varies batching/window/snapshot knobs per seed
+    /// around these values.
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
 }
 
 /// Totals over a batch of runs.
@@ -85,6 +91,19 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
             return 2;
         }
     }
+    let mut params = synod_core::ProtocolParams::default();
+    for p in &args.params {
+        if let Err(e) = params.set(p) {
+            eprintln!("error: --param: {e}");
+            return 2;
+        }
+    }
+    // A bad protocol option is a usage error, found before any schedule runs.
+    let probe = registry::Setup { id: 1, members: (1..=args.replicas as u32).collect(), params: params.clone() };
+    if let Err(e) = (protocol.build)(&probe) {
+        eprintln!("error: --param: {e}");
+        return 2;
+    }
     let seeds: Vec<u64> = match args.seed {
         Some(s) => vec![s],
         None => (args.start_seed..args.start_seed.saturating_add(args.seeds)).collect(),
@@ -94,6 +113,7 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         faults,
         ops_per_client: args.ops,
         trace,
+        params: params.clone(),
         ..SimConfig::new(protocol, seed)
     };
     let start = Instant::now();
@@ -132,7 +152,11 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
                 println!("{line}");
             }
             println!("--- replay ---");
-            println!("{}", replay_command(protocol.name, seed, args.replicas, &faults, args.ops));
+            let mut replay = replay_command(protocol.name, seed, args.replicas, &faults, args.ops);
+            for p in &args.params {
+                replay.push_str(&format!(" --param {p}"));
+            }
+            println!("{replay}");
             break;
         }
     }

@@ -14,6 +14,7 @@ fn args(protocol: &str) -> CheckArgs {
         ops: 10,
         trace: false,
         export_history: None,
+        params: Vec::new(),
     }
 }
 
@@ -35,6 +36,17 @@ fn clean_protocol_exits_zero_and_exports_histories() {
 fn bad_arguments_exit_two() {
     assert_eq!(run_check(&args("no-such-protocol")), 2);
     assert_eq!(run_check(&CheckArgs { faults: "meteor".into(), ..args("multipaxos") }), 2);
+    assert_eq!(run_check(&CheckArgs { params: vec!["trim=sometimes".into()], ..args("holipaxos") }), 2);
+    assert_eq!(run_check(&CheckArgs { params: vec!["heartbeat_ms=soon".into()], ..args("multipaxos") }), 2);
+}
+
+#[test]
+fn protocol_options_reach_the_simulated_replicas() {
+    // Non-default HoliPaxos trim modes under all faults (the CI sweep runs the defaults).
+    for trim in ["quorum", "snapshot"] {
+        let a = CheckArgs { params: vec![format!("trim={trim}")], seeds: 20, ..args("holipaxos") };
+        assert_eq!(run_check(&a), 0, "trim={trim}");
+    }
 }
 
 #[test]
