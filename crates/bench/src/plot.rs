@@ -134,14 +134,7 @@ pub fn timeline(path: &Path, title: &str, rows: &[TimelineRow], markers: &[Marke
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
     }
     draw_markers(&mut chart, markers, upper(tput_max), true)?;
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 16))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
 
     let lat: Vec<f64> = names.iter().flat_map(|n| series(n, &|c| c.p99_ms, true)).map(|p| p.1).collect();
     let lat_min = lat.iter().copied().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
@@ -173,14 +166,7 @@ pub fn timeline(path: &Path, title: &str, rows: &[TimelineRow], markers: &[Marke
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled()))).map_err(err)?;
     }
     draw_markers(&mut chart, markers, hi, false)?;
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 16))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -225,15 +211,24 @@ pub fn series_over_time(
         chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err)?;
     }
     draw_markers(&mut chart, markers, y_max, true)?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The legend box, drawn the same way on every chart.
+fn draw_legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
     chart
         .configure_series_labels()
         .label_font((FAMILY, 16))
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .draw()
         .map_err(err)?;
-    root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
+    Ok(())
 }
 
 /// Vertical dashed lines at the markers, labelled in the chart whose `labels` is set.
@@ -360,14 +355,7 @@ pub fn cdf(path: &Path, title: &str, series: &[(String, &Histogram<u64>)]) -> an
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 16))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -435,14 +423,7 @@ pub fn sweep(path: &Path, title: &str, series: &[(String, Vec<CurvePoint>)]) -> 
                 .map_err(err)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 16))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
 }
 

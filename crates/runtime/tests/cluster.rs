@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cluster_configs, http_get, Running, Session};
+use common::{cluster_configs, http_get, wait_executed, Running, Session};
 use std::time::Duration;
 use synod_core::{ReplyBody, Role};
 use synod_wal::FsyncMode;
@@ -118,17 +118,8 @@ async fn a_dead_follower_does_not_stall_the_cluster_and_catches_up() {
     nodes[follower as usize - 1] = Some(Running::start(configs[follower as usize - 1].clone()));
     let leader_addr = configs[leader as usize - 1].me().client_addr;
     let target = common::RawClient::connect(leader_addr).await.status().await.execute_index;
-    let mut raw = common::RawClient::connect(configs[follower as usize - 1].me().client_addr).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let st = raw.status().await;
-        if st.execute_index >= target {
-            assert_eq!(st.leader, Some(leader));
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "follower stuck at {} < {target}", st.execute_index);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let st = wait_executed(configs[follower as usize - 1].me().client_addr, target, Duration::from_secs(20)).await;
+    assert_eq!(st.leader, Some(leader));
     assert_eq!(s.get("k49").await.as_deref(), Some(&b"during"[..]));
     for n in nodes.into_iter().flatten() {
         n.stop().await.unwrap();

@@ -8,7 +8,7 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::{cluster_configs, RawClient, Running, Session};
+use common::{cluster_configs, http, RawClient, Running, Session};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -18,7 +18,6 @@ use synod_runtime::link::{Link, LinkSpec};
 use synod_runtime::node::Clock;
 use synod_runtime::transport::{self, Identity, PeerFrame, PeerSender};
 use synod_wal::FsyncMode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -166,29 +165,6 @@ fn clock_offsets_are_shared_by_clones_and_absolute() {
     assert!(before.since(behind) >= Duration::from_secs(59), "{before} -> {behind}");
     handle.set_offset_nanos(0);
     assert!(clock.now() >= before && clock.now().since(before) < Duration::from_secs(60));
-}
-
-/// A minimal HTTP/1.1 request; returns (status code, body).
-async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match TcpStream::connect(addr).await {
-            Ok(s) => break s,
-            Err(e) if Instant::now() > deadline => panic!("cannot connect to {addr}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    };
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await.unwrap().unwrap();
-    let text = String::from_utf8_lossy(&out).to_string();
-    let code: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (code, body)
 }
 
 async fn post_ok(addr: SocketAddr, path: &str, body: &str) -> serde_json::Value {

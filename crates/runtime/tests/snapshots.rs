@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{cluster_configs, http_get, Running, Session};
-use std::time::{Duration, Instant};
+use common::{cluster_configs, http_get, wait_executed, Running, Session};
+use std::time::Duration;
 use synod_core::Role;
 use synod_wal::FsyncMode;
 
@@ -59,16 +59,7 @@ async fn lagging_follower_catches_up_from_a_snapshot_and_restart_recovers() {
 
     nodes[follower as usize - 1] = Some(Running::start(configs[follower as usize - 1].clone()));
     let target = common::RawClient::connect(configs[leader as usize - 1].me().client_addr).await.status().await;
-    let mut raw = common::RawClient::connect(configs[follower as usize - 1].me().client_addr).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = raw.status().await;
-        if st.execute_index >= target.execute_index {
-            break;
-        }
-        assert!(Instant::now() < deadline, "follower stuck at {} < {}", st.execute_index, target.execute_index);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_executed(configs[follower as usize - 1].me().client_addr, target.execute_index, Duration::from_secs(30)).await;
     let (_, fm) = http_get(configs[follower as usize - 1].me().admin_addr, "/metrics").await;
     let state = metric(&fm, "synod_state_machine_bytes", follower);
     assert!(state >= 200.0 * 6.0, "the follower holds the installed state ({state} bytes)");

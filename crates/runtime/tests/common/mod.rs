@@ -216,6 +216,11 @@ impl Session {
 
 /// A minimal HTTP/1.1 GET; returns (status code, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http(addr, "GET", path, "").await
+}
+
+/// A minimal HTTP/1.1 request with a JSON body; returns (status code, body).
+pub async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut stream = loop {
         match TcpStream::connect(addr).await {
@@ -224,7 +229,10 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     };
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await.unwrap().unwrap();
@@ -232,6 +240,20 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let code: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (code, body)
+}
+
+/// Poll `addr`'s status until its execute index reaches `target`; panics after `within`.
+pub async fn wait_executed(addr: SocketAddr, target: u64, within: Duration) -> Status {
+    let mut raw = RawClient::connect(addr).await;
+    let deadline = Instant::now() + within;
+    loop {
+        let st = raw.status().await;
+        if st.execute_index >= target {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "replica at {addr} stuck at {} < {target}", st.execute_index);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Whether the peer closed the connection within `timeout` (reads return EOF or an error).
