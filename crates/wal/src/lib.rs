@@ -47,6 +47,12 @@
 //!   discards uncommitted appends; in `Batch` mode it syncs what was committed.
 //! * [`Wal::rewrite`] is atomic: after a crash at any point, [`Wal::open`] returns either the
 //!   old records or exactly the new ones. It is durable when it returns, in every mode.
+//! * [`Wal::begin_rewrite`] + [`Wal::finish_rewrite`] is the same without blocking the caller
+//!   while a large image is written: the image goes to the next segment's `.tmp` file on a
+//!   background thread while commits continue in the old segments (no rotation meanwhile);
+//!   the install appends the records committed since the begin, fsyncs and renames. A crash
+//!   before the rename recovers the old segments (every commit); after it, the image and the
+//!   records committed since.
 //! * After any I/O error the `Wal` is *poisoned* and every later call fails with
 //!   [`WalError::Poisoned`] (after a failed `fdatasync` Linux may have dropped the dirty pages,
 //!   so retrying would claim durability that does not exist). Reopening runs recovery.
@@ -106,7 +112,7 @@ pub struct WalStats {
     /// `fdatasync`/`fsync` calls on segment data (commits in `Always` mode, flusher syncs,
     /// explicit syncs, segment seals). Directory syncs are not counted.
     pub syncs: u64,
-    /// Calls of [`Wal::rewrite`].
+    /// Rewrites installed ([`Wal::rewrite`] and [`Wal::finish_rewrite`]).
     pub rewrites: u64,
 }
 
@@ -201,6 +207,55 @@ impl Wal {
         self.uncommitted = 0;
         self.rewrites += 1;
         Ok(())
+    }
+
+    /// [`Wal::rewrite`] without stopping the caller (log compaction with a large image, e.g.
+    /// a state-machine snapshot): a background thread frames `records` and writes and fsyncs
+    /// the new base segment, then calls `on_written` (e.g. to wake an event loop), and the
+    /// caller installs it with [`Wal::finish_rewrite`]. Meanwhile appends and commits work as
+    /// usual and stay durable in the old segments; the install copies them after the image.
+    /// Until it, a crash recovers the old content with every commit; after it, the image
+    /// followed by every record committed since this call. Uncommitted appends are committed
+    /// first (they precede the image). A background rewrite still in progress is finished
+    /// first, waiting for it; returns whether that one was installed.
+    pub fn begin_rewrite(
+        &mut self,
+        records: Vec<Bytes>,
+        on_written: impl FnOnce() + Send + 'static,
+    ) -> Result<bool, WalError> {
+        check_sizes(&records)?;
+        let previous = match &mut self.disk {
+            Some(d) => d.begin_rewrite(records, Box::new(on_written))?,
+            None => {
+                on_written();
+                false
+            }
+        };
+        self.count_commit();
+        if previous {
+            self.rewrites += 1;
+        }
+        Ok(previous)
+    }
+
+    /// Install the background rewrite begun by [`Wal::begin_rewrite`] if its image is written
+    /// (with `wait`: wait for it). Returns whether one was installed (an in-memory log
+    /// installs at once). Writing the image may have failed (e.g. disk full): then the error
+    /// is returned, the old content stays and the log remains usable.
+    pub fn finish_rewrite(&mut self, wait: bool) -> Result<bool, WalError> {
+        let installed = match &mut self.disk {
+            Some(d) => d.finish_rewrite(wait)?,
+            None => true,
+        };
+        if installed {
+            self.rewrites += 1;
+        }
+        Ok(installed)
+    }
+
+    /// Whether a background rewrite is running or waiting to be installed.
+    pub fn rewrite_in_progress(&self) -> bool {
+        self.disk.as_ref().is_some_and(Disk::rewrite_in_progress)
     }
 
     /// Counters for metrics.

@@ -37,6 +37,22 @@ pub(crate) struct Disk {
     flusher: Option<Flusher>,
     /// Set by the first I/O failure; see [`WalError::Poisoned`].
     poisoned: Option<String>,
+    /// A rewrite whose image is being written by a background thread.
+    rewrite: Option<Rewrite>,
+}
+
+/// A background rewrite ([`Disk::begin_rewrite`]). Segment `seq` (one after the active one)
+/// is reserved for the new base: the active segment does not rotate meanwhile. Commits keep
+/// going to the old segments, which stay the durable content, and are copied into `tail`;
+/// [`Disk::finish_rewrite`] appends the tail after the image and only then renames the new
+/// base into place, so the switch loses nothing and a crash before it recovers the old
+/// segments (every commit included).
+struct Rewrite {
+    seq: u64,
+    /// Framed records committed since the rewrite began.
+    tail: Vec<u8>,
+    /// Writes and fsyncs `wal-<seq>.log.tmp` (header + image); returns it open and its size.
+    worker: Option<std::thread::JoinHandle<Result<(File, u64), WalError>>>,
 }
 
 impl Disk {
@@ -85,6 +101,7 @@ impl Disk {
             syncs,
             flusher,
             poisoned: None,
+            rewrite: None,
         };
         Ok((disk, records))
     }
@@ -144,11 +161,15 @@ impl Disk {
     }
 
     fn write_pending(&mut self) -> Result<(), WalError> {
-        if self.size >= self.opts.segment_bytes && self.size > HEADER_LEN as u64 {
+        // No rotation during a background rewrite: the next sequence number is its base's.
+        if self.size >= self.opts.segment_bytes && self.size > HEADER_LEN as u64 && self.rewrite.is_none() {
             self.rotate()?;
         }
         (&*self.file).write_all(&self.pending).map_err(WalError::io("write to", &self.path))?;
         self.size += self.pending.len() as u64;
+        if let Some(rw) = &mut self.rewrite {
+            rw.tail.extend_from_slice(&self.pending);
+        }
         self.pending.clear();
         if self.pending.capacity() > KEEP_BUFFER_BYTES {
             self.pending = Vec::new();
@@ -208,6 +229,8 @@ impl Disk {
     /// Replace the whole content by `records`. The caller has checked their sizes.
     pub fn rewrite(&mut self, records: &[Bytes]) -> Result<(), WalError> {
         self.check_usable()?;
+        // This image supersedes one still being written in the background.
+        self.abandon_rewrite();
         // Uncommitted appends are part of the content being replaced.
         self.pending.clear();
         let mut body = Vec::with_capacity(records.iter().map(|r| r.len() + 8).sum());
@@ -223,6 +246,13 @@ impl Disk {
         // Once this returns, the new base is durable under its final name and is what open()
         // recovers; before that, the old segments are untouched.
         let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::base(count), body)?;
+        self.switch_to_base(seq, file, path, size);
+        Ok(())
+    }
+
+    /// Make the (durable, renamed) base segment `seq` the active one and remove the segments
+    /// it made obsolete.
+    fn switch_to_base(&mut self, seq: u64, file: Arc<File>, path: PathBuf, size: u64) {
         let obsolete = self.first_seq..=self.seq;
         self.first_seq = seq;
         self.sealed_bytes = 0;
@@ -241,7 +271,103 @@ impl Disk {
         if let Err(e) = sync_dir(&self.dir) {
             tracing::warn!(error = %e, "cannot sync the directory after removing obsolete segments; open() will finish the cleanup");
         }
-        Ok(())
+    }
+}
+
+impl Disk {
+    /// Start replacing the content by `records` without blocking: a thread frames them and
+    /// writes and fsyncs the new base under a temporary name, then calls `on_written`; the
+    /// caller then calls [`Disk::finish_rewrite`]. Uncommitted appends are committed first
+    /// (they precede the image). A rewrite still in progress is finished first (waiting for
+    /// its thread); returns whether that one was installed.
+    pub fn begin_rewrite(
+        &mut self,
+        records: Vec<Bytes>,
+        on_written: Box<dyn FnOnce() + Send>,
+    ) -> Result<bool, WalError> {
+        self.check_usable()?;
+        let previous = match self.rewrite.is_some() {
+            true => self.finish_rewrite(true)?,
+            false => false,
+        };
+        self.commit()?;
+        let seq = self.seq + 1;
+        let dir = self.dir.clone();
+        let count = records.len() as u64;
+        let worker = std::thread::Builder::new()
+            .name("synod-wal-rewrite".into())
+            .spawn(move || {
+                let mut body = Vec::with_capacity(records.iter().map(|r| r.len() + 8).sum());
+                for r in &records {
+                    encode_record(&mut body, r);
+                }
+                drop(records);
+                let written = write_temp_segment(&dir, seq, SegmentHeader::base(count), &body);
+                on_written();
+                written
+            })
+            .map_err(WalError::io("start the rewrite thread for", &self.dir))?;
+        self.rewrite = Some(Rewrite { seq, tail: Vec::new(), worker: Some(worker) });
+        Ok(previous)
+    }
+
+    /// Whether a background rewrite is running or waiting for [`Disk::finish_rewrite`].
+    pub fn rewrite_in_progress(&self) -> bool {
+        self.rewrite.is_some()
+    }
+
+    /// Install the background rewrite if its image is written (with `wait`, wait for it):
+    /// append the records committed meanwhile, fsync, rename the base into place and drop the
+    /// old segments. Returns whether a rewrite was installed. If writing the image failed, the
+    /// old content stays (nothing is lost) and the error is returned; the log stays usable.
+    pub fn finish_rewrite(&mut self, wait: bool) -> Result<bool, WalError> {
+        self.check_usable()?;
+        let Some(rw) = self.rewrite.as_mut() else { return Ok(false) };
+        let Some(worker) = rw.worker.take_if(|w| wait || w.is_finished()) else { return Ok(false) };
+        let mut rw = self.rewrite.take().expect("checked above");
+        let tmp = self.dir.join(temp_name(rw.seq));
+        let written = worker.join().unwrap_or_else(|_| {
+            Err(WalError::io("write (the rewrite thread panicked)", &tmp)(std::io::Error::other("panic")))
+        });
+        let (file, size) = written?;
+        let tail = std::mem::take(&mut rw.tail);
+        let appended = (&file)
+            .write_all(&tail)
+            .and_then(|()| file.sync_data())
+            .map_err(WalError::io("write the records committed during the rewrite to", &tmp));
+        if let Err(e) = appended {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let path = segment_path(&self.dir, rw.seq);
+        if let Err(e) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(WalError::io("rename a new segment into", &path)(e));
+        }
+        // From here on the new base is what open() recovers (once the directory is synced).
+        let r = sync_dir(&self.dir);
+        self.poison_on_err(r)?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.switch_to_base(rw.seq, Arc::new(file), path, size + tail.len() as u64);
+        Ok(true)
+    }
+
+    /// Forget a background rewrite (its thread is waited for and its file removed): the old
+    /// segments stay the content.
+    fn abandon_rewrite(&mut self) {
+        if let Some(mut rw) = self.rewrite.take() {
+            if let Some(w) = rw.worker.take() {
+                let _ = w.join();
+            }
+            let _ = fs::remove_file(self.dir.join(temp_name(rw.seq)));
+        }
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        // The thread must not write the temporary file after a reopen removed it.
+        self.abandon_rewrite();
     }
 }
 
@@ -254,8 +380,21 @@ fn create_segment(
     header: SegmentHeader,
     body: &[u8],
 ) -> Result<(Arc<File>, PathBuf, u64), WalError> {
+    let (file, size) = write_temp_segment(dir, seq, header, body)?;
     let tmp = dir.join(temp_name(seq));
     let path = segment_path(dir, seq);
+    if let Err(e) = fs::rename(&tmp, &path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(WalError::io("rename a new segment into", &path)(e));
+    }
+    sync_dir(dir)?;
+    Ok((Arc::new(file), path, size))
+}
+
+/// Write `wal-<seq>.log.tmp` with `header` and `body` and fsync it; returns the open file
+/// (positioned at its end) and its size. A failure removes the file.
+fn write_temp_segment(dir: &Path, seq: u64, header: SegmentHeader, body: &[u8]) -> Result<(File, u64), WalError> {
+    let tmp = dir.join(temp_name(seq));
     let written = (|| {
         let mut f = OpenOptions::new()
             .write(true)
@@ -267,14 +406,11 @@ fn create_segment(
         f.sync_all().map_err(WalError::io("fsync", &tmp))?;
         Ok(f)
     })();
-    let file = match written {
-        Ok(f) => f,
+    match written {
+        Ok(f) => Ok((f, (HEADER_LEN + body.len()) as u64)),
         Err(e) => {
             let _ = fs::remove_file(&tmp);
-            return Err(e);
+            Err(e)
         }
-    };
-    fs::rename(&tmp, &path).map_err(WalError::io("rename a new segment into", &path))?;
-    sync_dir(dir)?;
-    Ok((Arc::new(file), path, (HEADER_LEN + body.len()) as u64))
+    }
 }

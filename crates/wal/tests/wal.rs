@@ -554,3 +554,128 @@ fn io_errors_name_the_path() {
     assert!(matches!(err, WalError::Io { .. }), "{err}");
     assert!(err.to_string().contains("not-a-dir"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Background rewrite (begin_rewrite / finish_rewrite)
+
+/// Begin a background rewrite and wait until its image is written (the callback ran).
+fn begin_and_wait_written(wal: &mut Wal, image: Vec<Bytes>) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let previous = wal.begin_rewrite(image, move || tx.send(()).unwrap()).unwrap();
+    rx.recv_timeout(Duration::from_secs(30)).expect("the rewrite thread reports");
+    previous
+}
+
+#[test]
+fn background_rewrite_keeps_the_commits_made_while_it_ran() {
+    for mode in [FsyncMode::Never, FsyncMode::Batch, FsyncMode::Always] {
+        let dir = TempDir::new().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), opts(mode)).unwrap();
+        wal.append(&recs(0..20)).unwrap();
+        wal.commit().unwrap();
+        // Appended, not committed: begin_rewrite commits it before the image.
+        wal.append(&recs(20..22)).unwrap();
+        assert!(!begin_and_wait_written(&mut wal, recs(100..103)));
+        assert!(wal.rewrite_in_progress());
+        // Commits while the image is pending go to the old segments...
+        wal.append(&recs(22..25)).unwrap();
+        wal.commit().unwrap();
+        assert_eq!(reopen_copy(dir.path()), recs(0..25), "{mode:?}: before the install the old content is durable");
+        // ...and follow the image after the install.
+        assert!(wal.finish_rewrite(false).unwrap());
+        assert!(!wal.rewrite_in_progress());
+        assert!(!wal.finish_rewrite(false).unwrap(), "nothing left to install");
+        wal.append(&recs(25..27)).unwrap();
+        wal.commit().unwrap();
+        let want: Vec<Bytes> = recs(100..103).into_iter().chain(recs(22..27)).collect();
+        assert_eq!(reopen_copy(dir.path()), want, "{mode:?}");
+        assert_eq!(segments(dir.path()).len(), 1, "{mode:?}: old segments removed");
+        assert_eq!(wal.stats().rewrites, 1);
+        drop(wal);
+        let (_, got) = reopen(dir.path());
+        assert_eq!(got, want, "{mode:?}");
+    }
+}
+
+#[test]
+fn background_rewrite_not_installed_before_a_crash_recovers_the_old_content() {
+    let dir = TempDir::new().unwrap();
+    let (mut wal, _) = Wal::open(dir.path(), opts(FsyncMode::Always)).unwrap();
+    wal.append(&recs(0..10)).unwrap();
+    wal.commit().unwrap();
+    begin_and_wait_written(&mut wal, recs(50..52));
+    wal.append(&recs(10..12)).unwrap();
+    wal.commit().unwrap();
+    // The process dies before the install: the temporary base is never renamed.
+    drop(wal);
+    let (mut wal, got) = reopen(dir.path());
+    assert_eq!(got, recs(0..12));
+    assert!(
+        fs::read_dir(dir.path()).unwrap().all(|e| !e.unwrap().path().to_string_lossy().ends_with(".tmp")),
+        "no temporary file left behind"
+    );
+    wal.append(&recs(12..13)).unwrap();
+    wal.commit().unwrap();
+    drop(wal);
+    assert_eq!(reopen(dir.path()).1, recs(0..13));
+}
+
+#[test]
+fn background_rewrite_suspends_rotation_and_chains() {
+    let dir = TempDir::new().unwrap();
+    let small = WalOptions { segment_bytes: 256, ..opts(FsyncMode::Never) };
+    let (mut wal, _) = Wal::open(dir.path(), small.clone()).unwrap();
+    for i in 0..10 {
+        wal.append(&recs(i * 10..i * 10 + 10)).unwrap();
+        wal.commit().unwrap();
+    }
+    let before = segments(dir.path()).len();
+    assert!(before > 2);
+    let first = vec![Bytes::from(vec![7u8; 1 << 20])];
+    begin_and_wait_written(&mut wal, first);
+    for i in 10..20 {
+        wal.append(&recs(i * 10..i * 10 + 10)).unwrap();
+        wal.commit().unwrap();
+    }
+    assert_eq!(segments(dir.path()).len(), before, "no rotation while the base's number is reserved");
+    // A second rewrite before the first was installed installs the first, then starts.
+    assert!(begin_and_wait_written(&mut wal, recs(500..501)));
+    wal.append(&recs(200..201)).unwrap();
+    wal.commit().unwrap();
+    assert!(wal.finish_rewrite(true).unwrap());
+    let want: Vec<Bytes> = recs(500..501).into_iter().chain(recs(200..201)).collect();
+    assert_eq!(reopen_copy(dir.path()), want);
+    // Rotation resumes afterwards.
+    for i in 30..40 {
+        wal.append(&recs(i * 10..i * 10 + 10)).unwrap();
+        wal.commit().unwrap();
+    }
+    assert!(segments(dir.path()).len() > 1);
+    drop(wal);
+    let (_, got) = Wal::open(dir.path(), small).unwrap();
+    assert_eq!(got.len(), 2 + 100);
+}
+
+#[test]
+fn synchronous_rewrite_supersedes_a_background_one() {
+    let dir = TempDir::new().unwrap();
+    let (mut wal, _) = Wal::open(dir.path(), opts(FsyncMode::Never)).unwrap();
+    wal.append(&recs(0..5)).unwrap();
+    wal.commit().unwrap();
+    begin_and_wait_written(&mut wal, recs(50..52));
+    wal.rewrite(&recs(60..61)).unwrap();
+    assert!(!wal.rewrite_in_progress());
+    assert!(!wal.finish_rewrite(true).unwrap());
+    drop(wal);
+    assert_eq!(reopen(dir.path()).1, recs(60..61));
+}
+
+#[test]
+fn in_memory_background_rewrite_completes_at_once() {
+    let mut wal = Wal::in_memory();
+    let called = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let c = called.clone();
+    wal.begin_rewrite(recs(0..2), move || c.store(true, std::sync::atomic::Ordering::SeqCst)).unwrap();
+    assert!(called.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(wal.finish_rewrite(false).unwrap());
+}
