@@ -226,6 +226,7 @@ impl BenchArgs {
             grace: Duration::from_secs(5).min(self.op_timeout),
             progress: None,
             start_slot: None,
+            rate_control: None,
         })
     }
 }

@@ -91,6 +91,39 @@ pub struct RunConfig {
     /// firing faults at given seconds of the timeline).
     #[serde(skip)]
     pub start_slot: Option<Arc<std::sync::OnceLock<Instant>>>,
+    /// Open loop: the arrival rate can be changed while the run goes on (a scenario's
+    /// `rate 60%` steps). When set, the pacer reads it before each arrival instead of using
+    /// the fixed rate of [`LoadMode::Open`] (which is only the initial value).
+    #[serde(skip)]
+    pub rate_control: Option<RateControl>,
+}
+
+/// A shared, changeable open-loop arrival rate (operations per second).
+///
+/// The pacer draws each inter-arrival gap as `Exp(1) / rate` with the rate current at that
+/// arrival, so a change takes effect from the next arrival on (within one gap; with the
+/// same seed and a constant rate the arrival times are those of a fixed-rate run).
+#[derive(Clone, Debug)]
+pub struct RateControl(Arc<AtomicU64>);
+
+impl RateControl {
+    /// `rate` must be positive and finite.
+    pub fn new(rate: f64) -> RateControl {
+        RateControl(Arc::new(AtomicU64::new(rate.to_bits())))
+    }
+
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::SeqCst))
+    }
+
+    /// Set a new rate; refused (unchanged) unless positive and finite.
+    pub fn set(&self, rate: f64) -> Result<(), String> {
+        if !(rate > 0.0 && rate.is_finite()) {
+            return Err(format!("rate {rate}: must be a positive number of operations per second"));
+        }
+        self.0.store(rate.to_bits(), Ordering::SeqCst);
+        Ok(())
+    }
 }
 
 impl RunConfig {
@@ -106,6 +139,7 @@ impl RunConfig {
             grace: Duration::from_secs(5),
             progress: None,
             start_slot: None,
+            rate_control: None,
         }
     }
 }
@@ -307,6 +341,7 @@ where
             }
             let seed = shared.workload.lock().expect("workload lock").spec().seed;
             let s = shared.clone();
+            let rate = cfg.rate_control.clone().unwrap_or_else(|| RateControl::new(rate));
             pacer =
                 Some(tokio::task::spawn_blocking(move || pace(s, t0, rate, max_outstanding, seed, tx, outstanding)));
         }
@@ -410,7 +445,7 @@ struct Job {
 fn pace(
     shared: Arc<Shared>,
     t0: Instant,
-    rate: f64,
+    rate: RateControl,
     max_outstanding: usize,
     seed: u64,
     tx: mpsc::UnboundedSender<Job>,
@@ -418,10 +453,10 @@ fn pace(
 ) {
     // Its own stream, so the operation stream does not depend on the arrival times.
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6172_7269_7661_6c73);
-    let gap = Exp::new(rate).expect("rate checked positive");
+    let gap = Exp::new(1.0).expect("constant");
     let mut next = t0;
     loop {
-        next += Duration::from_secs_f64(gap.sample(&mut rng));
+        next += Duration::from_secs_f64(gap.sample(&mut rng) / rate.get());
         // Sleep until the arrival, in slices so that a stop is noticed.
         loop {
             if shared.finished() {

@@ -9,12 +9,14 @@
 //! - [`driver`]: closed-loop and open-loop (Poisson, coordinated-omission-free) drivers.
 //! - [`stats`]: HDR histograms per operation class and a per-interval timeline.
 //! - [`report`] and [`plot`]: CSV, JSON and PNG output.
+//! - [`resources`]: replica memory (RSS) and log/snapshot gauges sampled over a run.
 //! - [`cli`]: the `synod bench` arguments and the sweep / comparison loop.
 
 pub mod cli;
 pub mod driver;
 pub mod plot;
 pub mod report;
+pub mod resources;
 pub mod stats;
 pub mod target;
 pub mod workload;

@@ -215,6 +215,100 @@ pub fn series_over_time(
     root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
 }
 
+/// One panel of [`panels_over_time`]: named series of (seconds, value) points.
+#[derive(Clone, Debug, Default)]
+pub struct Panel {
+    pub y_desc: String,
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// Logarithmic y axis (latencies); non-positive values are left out.
+    pub log: bool,
+    /// Draw a dot at every point (sparse series such as 10 s windows).
+    pub points: bool,
+}
+
+/// Panels stacked vertically over a shared time axis (seconds since the start of
+/// measurement), each with the markers as red dashed lines (labelled in the top panel):
+/// latency over time (p50/p99 per interval and per window), memory per replica over time
+/// (HoliPaxos Fig. 10 and 11). Panels without any point are left out.
+pub fn panels_over_time(path: &Path, title: &str, panels: &[Panel], markers: &[Marker]) -> anyhow::Result<()> {
+    register_font();
+    let panels: Vec<&Panel> = panels.iter().filter(|p| p.series.iter().any(|s| !s.1.is_empty())).collect();
+    let height = 120 + 380 * panels.len().max(1) as u32;
+    let root = BitMapBackend::new(path, (SIZE.0, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, (FAMILY, 26)).map_err(err)?;
+    let t_max = panels
+        .iter()
+        .flat_map(|p| p.series.iter().flat_map(|s| s.1.iter().map(|q| q.0)))
+        .chain(markers.iter().map(|m| m.t_s))
+        .fold(1.0, f64::max)
+        * 1.02;
+    let areas = root.split_evenly((panels.len().max(1), 1));
+    for (k, (panel, area)) in panels.iter().zip(areas.iter()).enumerate() {
+        let ys = panel.series.iter().flat_map(|s| s.1.iter().map(|q| q.1));
+        let mut builder = ChartBuilder::on(area);
+        builder.margin(15).x_label_area_size(45).y_label_area_size(90);
+        if panel.log {
+            let pos: Vec<f64> = ys.filter(|v| *v > 0.0).collect();
+            let lo = pos.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = pos.iter().copied().fold(0.0, f64::max);
+            let (lo, hi) = if lo.is_finite() { (lo / 1.5, hi * 1.5) } else { (0.01, 10.0) };
+            let mut chart = builder
+                .build_cartesian_2d(0.0..t_max, (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)))
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_desc("time since start of measurement (s)")
+                .y_desc(panel.y_desc.as_str())
+                .y_label_formatter(&|v| format_ms(*v))
+                .label_style((FAMILY, 16))
+                .axis_desc_style((FAMILY, 18))
+                .draw()
+                .map_err(err)?;
+            for (i, (name, pts)) in panel.series.iter().enumerate() {
+                let c = color(i);
+                let pts: Vec<(f64, f64)> = pts.iter().copied().filter(|p| p.1 > 0.0).collect();
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                    .map_err(err)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+                if panel.points {
+                    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err)?;
+                }
+            }
+            draw_markers(&mut chart, markers, hi, k == 0)?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        } else {
+            let y_max = upper(ys.fold(0.0, f64::max));
+            let mut chart = builder.build_cartesian_2d(0.0..t_max, 0.0..y_max).map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_desc("time since start of measurement (s)")
+                .y_desc(panel.y_desc.as_str())
+                .y_label_formatter(&|v| if *v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") })
+                .label_style((FAMILY, 16))
+                .axis_desc_style((FAMILY, 18))
+                .draw()
+                .map_err(err)?;
+            for (i, (name, pts)) in panel.series.iter().enumerate() {
+                let c = color(i);
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                    .map_err(err)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+                if panel.points {
+                    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err)?;
+                }
+            }
+            draw_markers(&mut chart, markers, y_max, k == 0)?;
+            draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+        }
+    }
+    root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
+}
+
 /// The legend box, drawn the same way on every chart.
 fn draw_legend<'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
@@ -463,7 +557,13 @@ mod tests {
         cdf(&dir.path().join("c.png"), "test", &hists).unwrap();
         let series = vec![("a".to_string(), vec![(5.0, 1.0), (15.0, 0.4), (25.0, 0.9)])];
         series_over_time(&dir.path().join("s.png"), "test", "normalized", &series, &markers).unwrap();
-        for f in ["t.png", "c.png", "s.png"] {
+        let panels = vec![
+            Panel { y_desc: "p99 (ms)".into(), series: series.clone(), log: true, points: true },
+            Panel { y_desc: "RSS (MB)".into(), series, log: false, points: false },
+            Panel { y_desc: "empty".into(), series: vec![("none".into(), vec![])], log: false, points: false },
+        ];
+        panels_over_time(&dir.path().join("p.png"), "test", &panels, &markers).unwrap();
+        for f in ["t.png", "c.png", "s.png", "p.png"] {
             let png = std::fs::read(dir.path().join(f)).unwrap();
             assert_eq!(&png[1..4], b"PNG", "{f}");
             assert!(png.len() > 10_000, "{f} is suspiciously small: {} bytes", png.len());

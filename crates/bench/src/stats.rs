@@ -142,6 +142,44 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// The timeline merged into tumbling windows of `window` (HoliPaxos Fig. 9–11 report
+    /// 10 s windows): one row per window, starting at 0, with each class's percentiles over
+    /// every operation that completed in it (histograms merged, not percentiles averaged)
+    /// and throughput over the part of the window the timeline covers. An interval belongs
+    /// to the window its start falls in, so a window that is not a multiple of the interval
+    /// is rounded to whole intervals.
+    pub fn windows(&self, window: Duration) -> Vec<TimelineRow> {
+        let (iv, w) = (self.interval.as_nanos(), window.as_nanos().max(1));
+        let mut groups: Vec<(usize, Vec<&Interval>)> = Vec::new();
+        for (i, interval) in self.timeline.iter().enumerate() {
+            let k = (i as u128 * iv / w) as usize;
+            match groups.last_mut() {
+                Some((last, members)) if *last == k => members.push(interval),
+                _ => groups.push((k, vec![interval])),
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(k, members)| {
+                let secs = members.len() as f64 * self.interval.as_secs_f64();
+                let per_class: Vec<ClassStats> = (0..OpClass::ALL.len())
+                    .map(|c| merge(&members.iter().map(|m| m.classes[c].clone()).collect::<Vec<_>>()))
+                    .collect();
+                TimelineRow {
+                    t_s: k as f64 * window.as_secs_f64(),
+                    dropped: members.iter().map(|m| m.dropped).sum(),
+                    classes: OpClass::ALL
+                        .iter()
+                        .map(|c| ClassSummary::of(c.name(), &per_class[c.index()], secs))
+                        .chain(std::iter::once(ClassSummary::of("all", &merge(&per_class), secs)))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}
+
 fn merge(classes: &[ClassStats]) -> ClassStats {
     let mut all = ClassStats::new(classes[0].hist.sigfig());
     for c in classes {
@@ -262,5 +300,31 @@ mod tests {
         assert_eq!(rows[2].dropped, 1);
         assert!((rows[2].t_s - 1.0).abs() < 1e-9);
         assert_eq!(r.dropped, 1);
+    }
+
+    #[test]
+    fn windows_merge_histograms_of_their_intervals() {
+        let mut r = Recorder::new(Duration::from_millis(500));
+        // Window 0 (0-2 s): 99 fast reads and one 100 ms write; window 1: a stall, then two.
+        for i in 0..99u64 {
+            r.record(OpClass::Read, Duration::from_millis(i * 20), Duration::from_millis(1), Completion::Ok);
+        }
+        r.record(OpClass::Write, Duration::from_millis(1900), Duration::from_millis(100), Completion::Ok);
+        r.record(OpClass::Read, Duration::from_millis(3600), Duration::from_millis(5), Completion::Ok);
+        r.record(OpClass::Read, Duration::from_millis(3700), Duration::from_millis(7), Completion::Error);
+        r.extend_to(Duration::from_secs(5));
+        let w = r.windows(Duration::from_secs(2));
+        assert_eq!(w.len(), 3, "0-2, 2-4, 4-5 s");
+        assert_eq!((w[0].t_s, w[1].t_s, w[2].t_s), (0.0, 2.0, 4.0));
+        let all = |i: usize| w[i].classes.last().unwrap().clone();
+        assert_eq!(all(0).ok, 100);
+        assert!((all(0).throughput - 50.0).abs() < 1e-9);
+        assert!((all(0).p50_ms - 1.0).abs() < 0.05, "{:?}", all(0));
+        assert!((all(0).max_ms - 100.0).abs() < 1.0, "the slow write is in the window's histogram");
+        assert_eq!((all(1).ok, all(1).errors), (1, 1));
+        assert!((all(1).p99_ms - 5.0).abs() < 0.1);
+        // The last window covers 1 s of timeline: its throughput is over that second.
+        assert_eq!(all(2).ok, 0);
+        assert_eq!(w[0].classes[0].class, "read");
     }
 }

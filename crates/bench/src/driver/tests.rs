@@ -115,6 +115,35 @@ async fn open_loop_offers_the_requested_rate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_rate_changes_while_running() {
+    let f = Fixture::new();
+    let mut cfg = open(500.0, 4, 1000, Duration::from_millis(1200));
+    cfg.interval = Duration::from_millis(400);
+    let control = RateControl::new(500.0);
+    cfg.rate_control = Some(control.clone());
+    let slot = Arc::new(std::sync::OnceLock::new());
+    cfg.start_slot = Some(slot.clone());
+    let changer = tokio::spawn(async move {
+        while slot.get().is_none() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep_until(tokio::time::Instant::from_std(*slot.get().unwrap() + Duration::from_millis(400)))
+            .await;
+        control.set(3000.0).unwrap();
+        assert!(control.set(0.0).unwrap_err().contains("positive"));
+        assert!(control.set(f64::NAN).is_err());
+        assert_eq!(control.get(), 3000.0, "a refused rate leaves the rate unchanged");
+    });
+    let r = run(f.connect(|_| Act::Answer(Duration::ZERO)), workload("a"), &cfg, Stop::new()).await.unwrap();
+    changer.await.unwrap();
+    let rows = r.recorder.timeline_rows();
+    let ok = |i: usize| rows[i].classes.last().unwrap().ok as f64;
+    // 0.4 s at 500/s ≈ 200 (sd 14), then 0.4 s at 3000/s ≈ 1200 (sd 35).
+    assert!((ok(0) - 200.0).abs() < 80.0, "first interval {}", ok(0));
+    assert!((ok(2) - 1200.0).abs() < 250.0, "last interval {}", ok(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_charges_queueing_behind_a_stall() {
     // One connection; the 300th operation stalls 300 ms. At 1000 ops/s about 300 arrivals
     // queue behind it: measured from their intended send times, they are all slow.
