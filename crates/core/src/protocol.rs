@@ -139,6 +139,21 @@ pub enum Action {
         token: u64,
         records: Vec<Bytes>,
     },
+    /// Compaction in the background: like [`Action::RewriteDurable`], but the driver writes
+    /// the new image without stopping the replica (a snapshot image can be tens of MB) and
+    /// reports [`Event::Persisted`] with `token` once it replaced the old records. Meanwhile
+    /// later `Persist`s are durable as usual and are kept after the image; messages pushed
+    /// after it are NOT held back for it. A crash before the report recovers the old records
+    /// (with every later persist); after it, `records` followed by every later persist. So
+    /// `records` must be equivalent to what is already durable, plus what may be lost in a
+    /// crash without harm (a snapshot of executed commands): nothing sent may depend on it
+    /// before the report. If the driver cannot write it (e.g. disk full), it logs why and the
+    /// old records stay, with no report. Another `CompactDurable` or a `RewriteDurable`
+    /// may supersede one not yet reported, which then gets no report.
+    CompactDurable {
+        token: u64,
+        records: Vec<Bytes>,
+    },
     /// Answer a client directly (redirects, rejects, speculative replies).
     Reply {
         client: ClientRef,

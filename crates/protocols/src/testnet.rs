@@ -96,7 +96,9 @@ impl Net {
                     }
                 }
                 Action::Persist { records, .. } => node.durable.extend(records),
-                Action::RewriteDurable { records, .. } => node.durable = records,
+                Action::RewriteDurable { records, .. } | Action::CompactDurable { records, .. } => {
+                    node.durable = records
+                }
                 Action::Reply { reply, .. } => self.replies.push(reply),
                 Action::Apply { pos, cmd, reply } => {
                     let r = node.sm.apply(&cmd).result();

@@ -73,6 +73,12 @@ pub struct NodeMetrics {
     /// Duration of one node-loop turn (a batch of events, their actions, the WAL commit).
     pub turn_seconds: metrics::Histogram,
     pub snapshot_bytes: Gauge,
+    /// Background compactions of the write-ahead log (`CompactDurable`): from the action to
+    /// the install, and how long the node loop spent installing (appending what was committed
+    /// meanwhile, fsync, rename).
+    pub compactions: Counter,
+    pub compaction_seconds: metrics::Histogram,
+    pub compaction_install_seconds: metrics::Histogram,
     /// Bytes of keys and values held by the state machine, and the protocol's log length.
     pub state_bytes: Gauge,
     pub log_len: Gauge,
@@ -103,6 +109,12 @@ impl NodeMetrics {
             snapshot_pause_seconds: metrics::histogram!("synod_snapshot_pause_seconds", "node" => n.clone()),
             turn_seconds: metrics::histogram!("synod_turn_seconds", "node" => n.clone()),
             snapshot_bytes: g("synod_snapshot_bytes"),
+            compactions: c("synod_wal_compactions_total"),
+            compaction_seconds: metrics::histogram!("synod_wal_compaction_seconds", "node" => n.clone()),
+            compaction_install_seconds: metrics::histogram!(
+                "synod_wal_compaction_install_seconds",
+                "node" => n.clone()
+            ),
             state_bytes: g("synod_state_machine_bytes"),
             log_len: g("synod_log_entries"),
             last_role: None,

@@ -115,6 +115,11 @@ pub struct Driver {
     /// Snapshots serialized on blocking threads come back here as `SnapshotTaken` events.
     snapshots_tx: mpsc::UnboundedSender<Event>,
     snapshots_rx: mpsc::UnboundedReceiver<Event>,
+    /// A background WAL rewrite (`CompactDurable`) in progress: its token and start time.
+    /// The writer thread signals on `rewrites_tx` when the image is ready to install.
+    compacting: Option<(u64, Instant)>,
+    rewrites_tx: mpsc::UnboundedSender<()>,
+    rewrites_rx: mpsc::UnboundedReceiver<()>,
     status: watch::Sender<Status>,
     metrics: NodeMetrics,
 }
@@ -142,6 +147,7 @@ impl Driver {
         metrics: NodeMetrics,
     ) -> Driver {
         let (snapshots_tx, snapshots_rx) = mpsc::unbounded_channel();
+        let (rewrites_tx, rewrites_rx) = mpsc::unbounded_channel();
         Driver {
             id,
             protocol,
@@ -156,6 +162,9 @@ impl Driver {
             internal: VecDeque::new(),
             snapshots_tx,
             snapshots_rx,
+            compacting: None,
+            rewrites_tx,
+            rewrites_rx,
             status,
             metrics,
         }
@@ -203,6 +212,7 @@ impl Driver {
                     _ = &mut shutdown => return Ok(()),
                     Some(m) = peer_rx.recv() => events.push(incoming_event(m)),
                     Some(ev) = self.snapshots_rx.recv() => events.push(ev),
+                    Some(()) = self.rewrites_rx.recv() => self.finish_compaction()?,
                     _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
                     Some(c) = client_rx.recv() => self.client_input(c, &mut events),
                 }
@@ -223,6 +233,10 @@ impl Driver {
                 }
                 if let Ok(ev) = self.snapshots_rx.try_recv() {
                     events.push(ev);
+                    progressed = true;
+                }
+                if let Ok(()) = self.rewrites_rx.try_recv() {
+                    self.finish_compaction()?;
                     progressed = true;
                 }
                 if !progressed {
@@ -304,8 +318,33 @@ impl Driver {
                     st.rewrite(&records).context("write-ahead log rewrite")?;
                     turn.dirty = true;
                 }
+                // It superseded any background compaction (which gets no report).
+                self.compacting = None;
                 turn.tokens.push(token);
             }
+            Action::CompactDurable { token, records } => match self.storage.as_mut() {
+                // Nothing is kept: the compaction is complete at once.
+                None => turn.tokens.push(token),
+                Some(st) => {
+                    let tx = self.rewrites_tx.clone();
+                    // Framing, writing and fsyncing the image happen on the WAL's
+                    // thread; the node loop only installs it (`finish_compaction`).
+                    let earlier_installed = st
+                        .begin_rewrite(
+                            records,
+                            Box::new(move || {
+                                let _ = tx.send(()); // gone only when the replica stops
+                            }),
+                        )
+                        .context("write-ahead log compaction")?;
+                    if let Some((earlier, _)) = self.compacting.take() {
+                        if earlier_installed {
+                            turn.tokens.push(earlier);
+                        }
+                    }
+                    self.compacting = Some((token, Instant::now()));
+                }
+            },
             Action::Apply { cmd, reply, .. } => {
                 let result = self.sm.apply(&cmd).result();
                 self.metrics.applied.increment(1);
@@ -340,6 +379,31 @@ impl Driver {
                 Ok(sm) => self.sm = sm,
                 Err(e) => error!("not installing snapshot of {} bytes: {e}; keeping the current state", data.len()),
             },
+        }
+        Ok(())
+    }
+
+    /// Install a background compaction whose image is written (`CompactDurable`), and report
+    /// it to the protocol. A failure to write the image leaves the old records in place.
+    fn finish_compaction(&mut self) -> anyhow::Result<()> {
+        let Some(st) = self.storage.as_mut() else { return Ok(()) };
+        let started = Instant::now();
+        match st.finish_rewrite() {
+            Ok(true) => {
+                self.metrics.compaction_install_seconds.record(started.elapsed().as_secs_f64());
+                if let Some((token, began)) = self.compacting.take() {
+                    self.metrics.compactions.increment(1);
+                    self.metrics.compaction_seconds.record(began.elapsed().as_secs_f64());
+                    self.internal.push_back(Event::Persisted { token });
+                }
+            }
+            Ok(false) => {}
+            Err(e) => {
+                self.compacting = None;
+                // A storage that can no longer be trusted fails the next commit and stops the
+                // replica; a failed image write (e.g. disk full) only means no compaction.
+                warn!("write-ahead log compaction not installed, the old records stay: {e:#}");
+            }
         }
         Ok(())
     }

@@ -321,6 +321,12 @@ enum Ev {
         token: u64,
         data: Bytes,
     },
+    /// A background compaction (`CompactDurable`) replaces the durable records now.
+    Compacted {
+        node: usize,
+        incarnation: u64,
+        id: u64,
+    },
     /// A client request arriving at a replica.
     Request {
         node: usize,
@@ -435,6 +441,15 @@ impl Net {
 // ---------------------------------------------------------------------------------------
 // Replicas
 
+/// A background compaction in flight (see `Action::CompactDurable`).
+struct Compaction {
+    id: u64,
+    token: u64,
+    image: Vec<Bytes>,
+    /// Records persisted since it began; they follow the image.
+    tail: Vec<Bytes>,
+}
+
 /// Every replica's clock starts here, so negative skews stay representable.
 const CLOCK_BASE: i64 = 1_000_000_000_000;
 
@@ -445,6 +460,10 @@ struct Replica {
     sm: StateMachine,
     /// What the replica persisted (survives crashes unless wiped).
     durable: Vec<Bytes>,
+    /// A `CompactDurable` being "written": until it completes, `durable` is the content and
+    /// persists go to both; a crash forgets it.
+    compacting: Option<Compaction>,
+    next_compaction: u64,
     /// Armed timers and their generation; a firing with another generation is stale.
     timers: BTreeMap<TimerId, u64>,
     next_generation: u64,
@@ -594,6 +613,8 @@ impl<'a> Sim<'a> {
                     proto: None,
                     sm: StateMachine::new(),
                     durable: Vec::new(),
+                    compacting: None,
+                    next_compaction: 0,
                     timers: BTreeMap::new(),
                     next_generation: 0,
                     incarnation: 0,
@@ -792,6 +813,19 @@ impl<'a> Sim<'a> {
                     self.on_replica_event(node, Event::Persisted { token });
                 }
             }
+            Ev::Compacted { node, incarnation, id } => {
+                let r = &mut self.replicas[node];
+                if r.incarnation != incarnation || r.compacting.as_ref().is_none_or(|c| c.id != id) {
+                    return;
+                }
+                let c = r.compacting.take().expect("checked above");
+                let n = c.image.len() + c.tail.len();
+                r.durable = c.image;
+                r.durable.extend(c.tail);
+                let id = r.id;
+                self.log(&format!("n{id}"), || format!("compacted {} ({n} records)", c.token));
+                self.on_replica_event(node, Event::Persisted { token: c.token });
+            }
             Ev::Snapshot { node, incarnation, token, data } => {
                 if self.replicas[node].incarnation == incarnation {
                     let id = self.replicas[node].id;
@@ -893,13 +927,31 @@ impl<'a> Sim<'a> {
                 }
                 Action::Persist { token, records } => {
                     self.log(&who, || format!("persist {token} ({} records)", records.len()));
-                    self.replicas[node].durable.extend(records);
+                    let r = &mut self.replicas[node];
+                    if let Some(c) = r.compacting.as_mut() {
+                        c.tail.extend(records.iter().cloned());
+                    }
+                    r.durable.extend(records);
                     self.storage_done(node, token);
                 }
                 Action::RewriteDurable { token, records } => {
                     self.log(&who, || format!("rewrite durable {token} ({} records)", records.len()));
-                    self.replicas[node].durable = records;
+                    let r = &mut self.replicas[node];
+                    r.compacting = None;
+                    r.durable = records;
                     self.storage_done(node, token);
+                }
+                Action::CompactDurable { token, records } => {
+                    // Written in the background: a crash before it completes keeps the old
+                    // records (the driver's contract), which the fault schedule exercises.
+                    self.log(&who, || format!("compact durable {token} ({} records)", records.len()));
+                    let r = &mut self.replicas[node];
+                    r.next_compaction += 1;
+                    let id = r.next_compaction;
+                    r.compacting = Some(Compaction { id, token, image: records, tail: Vec::new() });
+                    let incarnation = r.incarnation;
+                    let at = self.now + uniform(&mut self.net.rng, MS, 20 * MS);
+                    self.schedule(at, Ev::Compacted { node, incarnation, id });
                 }
                 Action::Reply { client, reply } => {
                     self.log(&who, || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
@@ -1126,6 +1178,7 @@ impl<'a> Sim<'a> {
         let r = &mut self.replicas[node];
         r.proto = None;
         r.timers.clear();
+        r.compacting = None;
         r.incarnation += 1;
         r.sm = StateMachine::new();
         r.applied.clear();

@@ -693,11 +693,15 @@ impl Raft {
         }
         self.snapshot = Some(Snapshot { index, term, data });
         self.log.trim_before(self.policy.trim_point(index));
-        self.rewrite_durable(ctx);
+        // In the background: the image holds only what is durable already plus a snapshot of
+        // executed (so committed) entries, which a crash may lose without harm.
+        self.rewrite_durable(ctx, true);
     }
 
-    /// Replace the durable records by hard state + snapshot + the log after it.
-    fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>) {
+    /// Replace the durable records by hard state + snapshot + the log after it; in the
+    /// background (`CompactDurable`) for our own snapshots, synchronously for an installed
+    /// one (the reply to the leader must not claim a snapshot a crash could lose).
+    fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>, background: bool) {
         let Some(s) = &self.snapshot else { return };
         let suffix: Vec<Entry> = self.log.range(s.index + 1, self.last_index()).map(|(_, e)| e.value.clone()).collect();
         let mut records = vec![
@@ -709,7 +713,11 @@ impl Raft {
         }
         records.push(Record::Commit(self.commit));
         self.persisted_commit = self.commit;
-        ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
+        let records = records.iter().map(encode).collect();
+        ctx.push(match background {
+            true => Action::CompactDurable { token: 0, records },
+            false => Action::RewriteDurable { token: 0, records },
+        });
     }
 
     fn send_snapshot_chunk(&mut self, ctx: &mut Ctx<'_>, to: NodeId) {
@@ -763,7 +771,7 @@ impl Raft {
         self.log.reset_to(m.index + 1);
         self.waiting.clear();
         self.commit = m.index;
-        self.rewrite_durable(ctx);
+        self.rewrite_durable(ctx, false);
         ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
     }
 
