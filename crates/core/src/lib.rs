@@ -21,7 +21,10 @@ pub mod wire;
 pub use ballot::Ballot;
 pub use kv::{Command, Op, OpResult};
 pub use params::{Limits, ProtocolParams};
-pub use protocol::{Action, ClientRef, Ctx, Event, NodeId, Pos, Protocol, Reply, ReplyBody, Role, Status, TimerId};
+pub use protocol::{
+    Action, ClientRef, Ctx, Event, MemberChange, MemberInfo, NodeId, Pos, Protocol, Reply, ReplyBody, Role, Status,
+    TimerId,
+};
 pub use time::Time;
 
 /// The seeded random number generator handed to protocols. ChaCha8 is portable and stable

@@ -113,6 +113,30 @@ pub enum Event {
     /// The snapshot requested by [`Action::TakeSnapshot`] is ready: the state machine after
     /// every command applied up to the moment of the request.
     SnapshotTaken { token: u64, data: Bytes },
+    /// An administrator asks for a single-server membership change (docs/design.md,
+    /// "Membership"). Answered with an [`Action::Reply`] to `client` whose `seq` is `id`:
+    /// `Done` once the change is committed and in effect, `NotLeader` (ask the leader),
+    /// `Rejected` (another change is still in progress: retry later) or `Invalid` (this
+    /// protocol does not support membership changes, or the change makes no sense).
+    Reconfigure { client: ClientRef, id: u64, change: MemberChange },
+}
+
+/// One single-server membership change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberChange {
+    /// Add replica `id`, reachable by peers at `addr` (opaque to protocols: the runtime's
+    /// peer address; the protocol only carries it through the log).
+    Add { id: NodeId, addr: String },
+    /// Remove replica `id`.
+    Remove { id: NodeId },
+}
+
+/// A member of a configuration as protocols carry it: its id and its peer address (opaque;
+/// empty = the address the driver was configured with).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MemberInfo {
+    pub id: NodeId,
+    pub addr: String,
 }
 
 /// Outputs of a protocol, executed by the driver in order.
@@ -182,6 +206,14 @@ pub enum Action {
     /// Replace the state machine with a snapshot (received from a peer or recovered).
     InstallSnapshot {
         data: Bytes,
+    },
+    /// The configuration in effect on this replica changed (a membership entry was
+    /// executed, or recovered from durable state or a snapshot): `members` is the complete
+    /// new configuration, this replica included if it is a member. The driver connects to
+    /// new members and stops talking to removed ones; `Broadcast` goes to the current
+    /// members from then on. Protocols without membership changes never push it.
+    MembershipChanged {
+        members: Vec<MemberInfo>,
     },
 }
 

@@ -28,6 +28,9 @@ pub struct Node {
     pub applied: Vec<(Pos, Command)>,
     /// What the driver reports about this replica's load (`Ctx::load`).
     pub load: LoadInfo,
+    /// The configuration this replica last reported (`Action::MembershipChanged`);
+    /// `Broadcast` goes to these members (every node until the first report).
+    pub members: Option<Vec<NodeId>>,
 }
 
 pub struct Net {
@@ -69,6 +72,7 @@ impl Net {
                 up: true,
                 applied: Vec::new(),
                 load: LoadInfo::default(),
+                members: None,
             });
             net.recover(i as NodeId + 1);
         }
@@ -84,7 +88,10 @@ impl Net {
     }
 
     fn run_actions(&mut self, id: NodeId, actions: Vec<Action>) {
-        let peers: Vec<NodeId> = (1..=self.nodes.len() as NodeId).filter(|p| *p != id).collect();
+        let peers: Vec<NodeId> = match &self.nodes[Self::idx(id)].members {
+            Some(m) => m.iter().copied().filter(|p| *p != id).collect(),
+            None => (1..=self.nodes.len() as NodeId).filter(|p| *p != id).collect(),
+        };
         let mut followups = Vec::new();
         for a in actions {
             let node = &mut self.nodes[Self::idx(id)];
@@ -123,6 +130,9 @@ impl Net {
                 }
                 Action::InstallSnapshot { data } => {
                     node.sm = StateMachine::restore(&data).expect("valid snapshot");
+                }
+                Action::MembershipChanged { members } => {
+                    node.members = Some(members.iter().map(|m| m.id).collect());
                 }
             }
         }
@@ -244,6 +254,39 @@ impl Net {
         self.nodes[i].applied.clear();
         self.nodes[i].up = true;
         self.recover(id);
+    }
+
+    /// Start a new replica `id` (the next index) that joins the cluster: it is built with
+    /// the current members of `via` (not itself), so it starts as a learner.
+    pub fn add_node(&mut self, via: NodeId) -> NodeId {
+        let id = self.nodes.len() as NodeId + 1;
+        let members: Vec<NodeId> = match &self.node(via).members {
+            Some(m) => m.clone(),
+            None => self.setup[Self::idx(via)].members.clone(),
+        };
+        let setup = Setup { id, members, params: self.setup[0].params.clone() };
+        self.setup.push(setup);
+        let p = (self.build)(&self.setup[Self::idx(id)]).expect("valid setup");
+        self.nodes.push(Node {
+            p,
+            sm: StateMachine::new(),
+            durable: Vec::new(),
+            timers: BTreeMap::new(),
+            rng: rng_from_seed(id as u64),
+            up: true,
+            applied: Vec::new(),
+            load: LoadInfo::default(),
+            members: None,
+        });
+        self.recover(id);
+        id
+    }
+
+    /// Ask `at` for a membership change (admin request `id`); the reply lands in
+    /// `replies` with `client == 0` and `seq == id`.
+    pub fn reconfigure(&mut self, at: NodeId, id: u64, change: synod_core::MemberChange) {
+        self.event(at, Event::Reconfigure { client: ClientRef { node: at, conn: 0 }, id, change });
+        self.deliver_all();
     }
 
     /// Cut the links between `a` and `b` in both directions (on top of `drop`'s filter).

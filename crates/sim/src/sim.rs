@@ -27,8 +27,8 @@ use std::fmt;
 use std::time::Duration;
 use synod_core::session::StateMachine;
 use synod_core::{
-    Action, ClientRef, Command, Ctx, Event, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply, ReplyBody, Rng,
-    Role, Status, Time, TimerId,
+    Action, ClientRef, Command, Ctx, Event, MemberChange, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply,
+    ReplyBody, Rng, Role, Status, Time, TimerId,
 };
 use synod_protocols::registry::{ProtocolInfo, Setup};
 
@@ -128,6 +128,19 @@ pub struct SimConfig {
     pub script: Vec<ScriptedCut>,
     /// Virtual times at which every replica's status is recorded into the report.
     pub probes: Vec<Duration>,
+    /// Replicas outside the initial configuration: built as learners (their protocol's
+    /// `Setup.members` leaves them out) until a scripted change adds them.
+    pub learners: Vec<NodeId>,
+    /// Membership changes requested from the current leader at fixed virtual times,
+    /// retried until one is answered `Done` (docs/design.md, "Membership").
+    pub changes: Vec<ScriptedChange>,
+}
+
+/// At `at`, ask the current leader for `change` (again every 200 ms until it is done).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptedChange {
+    pub at: Duration,
+    pub change: MemberChange,
 }
 
 /// At `at`, replace the cut replica links by `links` (both directions; empty = reconnect).
@@ -165,6 +178,8 @@ impl SimConfig {
             trace: false,
             script: Vec::new(),
             probes: Vec::new(),
+            learners: Vec::new(),
+            changes: Vec::new(),
         }
     }
 }
@@ -215,6 +230,8 @@ pub struct RunStats {
     pub ops_indeterminate: u64,
     pub crashes: u64,
     pub partitions: u64,
+    /// Scripted membership changes that completed.
+    pub membership_changes: u64,
     /// Virtual time at the end of the run (ns).
     pub virtual_end: u64,
 }
@@ -362,6 +379,8 @@ enum Ev {
     Heal,
     ConvergeCheck,
     Script(usize),
+    /// Request scripted membership change `i`.
+    Change(usize),
     Probe(Duration),
 }
 
@@ -474,6 +493,9 @@ struct Replica {
     drift_ppm: i64,
     /// Positions applied to `sm` since it was last reset.
     applied: BTreeSet<Pos>,
+    /// The configuration the replica last reported (`Action::MembershipChanged`): its
+    /// broadcasts go there. None = the initial one.
+    view: Option<Vec<NodeId>>,
 }
 
 impl Replica {
@@ -544,7 +566,12 @@ struct Sim<'a> {
     trace: Option<Vec<String>>,
     stats: RunStats,
     probes: Vec<Probe>,
+    /// Scripted membership changes answered `Done`.
+    changes_done: BTreeSet<usize>,
 }
+
+/// The connection id of scripted membership requests (no client session uses it).
+const CHANGE_CONN: u64 = u64::MAX;
 
 /// Upper bound on processed events, so a protocol that spins on zero-delay timers ends
 /// as a liveness failure instead of hanging the checker. A normal run takes ~10^4 events.
@@ -622,6 +649,7 @@ impl<'a> Sim<'a> {
                     skew_ns,
                     drift_ppm,
                     applied: BTreeSet::new(),
+                    view: None,
                 }
             })
             .collect();
@@ -667,6 +695,7 @@ impl<'a> Sim<'a> {
             trace: cfg.trace.then(Vec::new),
             stats: RunStats::default(),
             probes: Vec::new(),
+            changes_done: BTreeSet::new(),
         }
     }
 
@@ -717,6 +746,9 @@ impl<'a> Sim<'a> {
         }
         for &at in &self.cfg.probes {
             self.schedule(at.as_nanos() as u64, Ev::Probe(at));
+        }
+        for (i, c) in self.cfg.changes.iter().enumerate() {
+            self.schedule(c.at.as_nanos() as u64, Ev::Change(i));
         }
     }
 
@@ -862,6 +894,7 @@ impl<'a> Sim<'a> {
             }
             Ev::Heal => self.heal(),
             Ev::Script(i) => self.apply_script(i),
+            Ev::Change(i) => self.request_change(i),
             Ev::Probe(at) => self.probe(at),
             Ev::ConvergeCheck => self.converge_check(),
         }
@@ -870,7 +903,8 @@ impl<'a> Sim<'a> {
     // --- replicas -----------------------------------------------------------------------
 
     fn build(&mut self, node: usize) -> Option<Box<dyn Protocol>> {
-        let setup = Setup { id: self.replicas[node].id, members: self.members.clone(), params: self.params.clone() };
+        let members = self.members.iter().copied().filter(|m| !self.cfg.learners.contains(m)).collect();
+        let setup = Setup { id: self.replicas[node].id, members, params: self.params.clone() };
         match (self.cfg.protocol.build)(&setup) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -919,7 +953,8 @@ impl<'a> Sim<'a> {
             match action {
                 Action::Send { to, msg } => self.send(node, to, msg),
                 Action::Broadcast { msg } => {
-                    for to in self.members.clone() {
+                    let view = self.replicas[node].view.clone();
+                    for to in view.unwrap_or_else(|| self.members.clone()) {
                         if to != id {
                             self.send(node, to, msg.clone());
                         }
@@ -955,7 +990,9 @@ impl<'a> Sim<'a> {
                 }
                 Action::Reply { client, reply } => {
                     self.log(&who, || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
-                    if client.node == id {
+                    if client.node == id && client.conn == CHANGE_CONN {
+                        self.change_answered(reply);
+                    } else if client.node == id {
                         self.reply_to_client(node, client.conn, reply);
                     }
                 }
@@ -990,6 +1027,11 @@ impl<'a> Sim<'a> {
                     }
                     Err(e) => self.fail(FailureKind::Snapshot, format!("n{id}: {e}")),
                 },
+                Action::MembershipChanged { members } => {
+                    let ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
+                    self.log(&who, || format!("members {ids:?}"));
+                    self.replicas[node].view = Some(ids);
+                }
             }
         }
     }
@@ -1233,7 +1275,23 @@ impl<'a> Sim<'a> {
         }
         let clients_done = self.clients.iter().all(|c| c.remaining == 0 && c.pending.is_none());
         let all_up = self.replicas.iter().all(|r| r.proto.is_some());
-        if clients_done && all_up && by_count.len() == 1 {
+        // Replicas outside the final configuration (removed, or learners never added) stop
+        // receiving the log: only members must end equal.
+        // The final configuration is what the most advanced replica knows (a removed one
+        // may never learn of its removal: nobody talks to it any more).
+        let initial: Vec<NodeId> = self.members.iter().copied().filter(|m| !self.cfg.learners.contains(m)).collect();
+        let last = self.replicas.iter().max_by_key(|r| r.sm.applied_count()).and_then(|r| r.view.clone());
+        let last = last.unwrap_or(initial);
+        let members_equal = self
+            .replicas
+            .iter()
+            .filter(|r| last.contains(&r.id))
+            .map(|r| r.sm.applied_count())
+            .collect::<BTreeSet<u64>>()
+            .len()
+            == 1;
+        let changes_done = self.changes_done.len() == self.cfg.changes.len();
+        if clients_done && all_up && members_equal && changes_done {
             self.log("sim", || "converged: all operations complete, replicas equal".into());
             self.done = true;
             return;
@@ -1266,6 +1324,41 @@ impl<'a> Sim<'a> {
             return;
         }
         self.schedule(self.now + 100 * MS, Ev::ConvergeCheck);
+    }
+
+    // --- membership changes -------------------------------------------------------------
+
+    /// Ask the live leader with the highest ballot for scripted change `i` (retried every
+    /// 200 ms until answered `Done`; the request id is `i`).
+    fn request_change(&mut self, i: usize) {
+        if self.changes_done.contains(&i) {
+            return;
+        }
+        let leader = self
+            .replicas
+            .iter()
+            .enumerate()
+            .filter_map(|(n, r)| r.proto.as_ref().map(|p| (n, p.status())))
+            .filter(|(_, s)| s.role == Role::Leader)
+            .max_by_key(|(_, s)| ballot_key(&s.ballot))
+            .map(|(n, _)| n);
+        if let Some(node) = leader {
+            let id = self.replicas[node].id;
+            let change = self.cfg.changes[i].change.clone();
+            self.log(&format!("n{id}"), || format!("<- admin change {i}: {change:?}"));
+            let client = ClientRef { node: id, conn: CHANGE_CONN };
+            self.on_replica_event(node, Event::Reconfigure { client, id: i as u64, change });
+        }
+        if !self.changes_done.contains(&i) {
+            self.schedule(self.now + 200 * MS, Ev::Change(i));
+        }
+    }
+
+    fn change_answered(&mut self, reply: Reply) {
+        if matches!(reply.body, ReplyBody::Done(_)) && (reply.seq as usize) < self.cfg.changes.len() {
+            self.stats.membership_changes += 1;
+            self.changes_done.insert(reply.seq as usize);
+        }
     }
 
     // --- clients ------------------------------------------------------------------------

@@ -36,8 +36,8 @@ use synod_core::protocol::{decode, encode};
 use synod_core::quorum::{majority, QuorumTracker};
 use synod_core::snapshot::{chunk, ChunkAssembler, SnapshotPolicy};
 use synod_core::{
-    Action, Ballot, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, ReplyBody, Role, Status,
-    Time, TimerId,
+    Action, Ballot, ClientRef, Command, Ctx, Event, MemberChange, MemberInfo, NodeId, Pos, Protocol, ProtocolParams,
+    Reply, ReplyBody, Role, Status, Time, TimerId,
 };
 
 const TIMER_ELECTION: TimerId = 1;
@@ -93,6 +93,8 @@ struct Election {
 struct LocalSnapshot {
     index: u64,
     data: Bytes,
+    /// The configuration in effect after `index` (the data is only the state machine).
+    members: Vec<MemberInfo>,
 }
 
 /// An on-demand snapshot being fetched from a peer.
@@ -108,7 +110,16 @@ pub struct MultiPaxos {
     members: Vec<NodeId>,
     params: ProtocolParams,
     variant: Variant,
+    /// Majority of the current `members` (the configuration after the executed prefix).
     quorum: usize,
+    /// Peer addresses carried by membership entries (absent = as configured in the driver).
+    addrs: BTreeMap<NodeId, String>,
+    /// Leader: the slot of the membership entry it proposed (or re-proposed) and has not
+    /// executed yet. Nothing is proposed after that slot until it is executed, and no second
+    /// change is accepted meanwhile (docs/design.md, "Membership").
+    config_pending: Option<u64>,
+    /// The admin request waiting for that entry: (slot, client, request id).
+    config_waiter: Option<(u64, ClientRef, u64)>,
 
     role: Role,
     /// Highest ballot promised (durable).
@@ -160,6 +171,8 @@ pub struct MultiPaxos {
     snapshot: Option<LocalSnapshot>,
     /// A snapshot requested from the driver: (token, index it covers, compact afterwards).
     snapshot_pending: Option<(u64, u64, bool)>,
+    /// The configuration at the index of `snapshot_pending`.
+    pending_members: Vec<MemberInfo>,
     next_token: u64,
     /// Peers waiting for the first chunk of the snapshot being taken.
     snapshot_waiters: BTreeSet<NodeId>,
@@ -186,20 +199,29 @@ impl MultiPaxos {
         holi: Option<HoliConfig>,
     ) -> Result<MultiPaxos, String> {
         setup.params.validate()?;
-        if !setup.members.contains(&setup.id) {
-            return Err(format!("node {} is not among the members {:?}", setup.id, setup.members));
+        // A replica that is not among `setup.members` starts as a learner joining an
+        // existing cluster: it answers as an acceptor but never campaigns until it executes
+        // (or installs in a snapshot) a configuration that contains it.
+        let mut members = setup.members.clone();
+        members.sort_unstable();
+        members.dedup();
+        if members.is_empty() {
+            return Err("members is empty".into());
         }
         if holi.is_none() {
             setup.params.check_options(name, &[])?;
         }
-        let quorum = variant.quorum_override.unwrap_or_else(|| majority(setup.members.len()));
+        let quorum = variant.quorum_override.unwrap_or_else(|| majority(members.len()));
         Ok(MultiPaxos {
             id: setup.id,
             name,
-            members: setup.members.clone(),
+            members,
             params: setup.params.clone(),
             variant,
             quorum,
+            addrs: BTreeMap::new(),
+            config_pending: None,
+            config_waiter: None,
             role: Role::Follower,
             promised: Ballot::ZERO,
             max_seen: Ballot::ZERO,
@@ -223,6 +245,7 @@ impl MultiPaxos {
             gle: 0,
             snapshot: None,
             snapshot_pending: None,
+            pending_members: Vec::new(),
             next_token: 1,
             snapshot_waiters: BTreeSet::new(),
             durable_base: 0,
@@ -235,6 +258,40 @@ impl MultiPaxos {
 
     fn n(&self) -> usize {
         self.members.len()
+    }
+
+    /// Whether this replica belongs to the configuration in effect (a joining learner or a
+    /// removed replica does not: it never campaigns).
+    fn is_member(&self) -> bool {
+        self.members.contains(&self.id)
+    }
+
+    /// The current configuration with the addresses membership entries carried.
+    fn member_infos(&self) -> Vec<MemberInfo> {
+        self.members
+            .iter()
+            .map(|id| MemberInfo { id: *id, addr: self.addrs.get(id).cloned().unwrap_or_default() })
+            .collect()
+    }
+
+    /// Install a configuration (executed membership entry, snapshot, durable record) and
+    /// tell the driver. Returns whether the member set changed.
+    fn set_members(&mut self, ctx: &mut Ctx<'_>, members: Vec<MemberInfo>) -> bool {
+        let mut ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
+            return false; // never produced by this code; keep the current configuration
+        }
+        for m in members.iter().filter(|m| !m.addr.is_empty()) {
+            self.addrs.insert(m.id, m.addr.clone());
+        }
+        self.addrs.retain(|id, _| ids.contains(id));
+        let changed = ids != self.members;
+        self.members = ids;
+        self.quorum = self.variant.quorum_override.unwrap_or_else(|| majority(self.members.len()));
+        ctx.push(Action::MembershipChanged { members: self.member_infos() });
+        changed
     }
 
     fn persist(&self, ctx: &mut Ctx<'_>, records: &[Record]) {
@@ -280,6 +337,11 @@ impl MultiPaxos {
         if self.role == Role::Leader {
             return;
         }
+        if !self.is_member() {
+            // A learner or a removed replica: keep following, never campaign.
+            self.reset_election_timer(ctx);
+            return;
+        }
         let quorum = self.quorum;
         if self.holi.as_mut().is_some_and(|h| h.churn.next_attempt_passive(quorum)) {
             self.passive_probe(ctx);
@@ -316,19 +378,32 @@ impl MultiPaxos {
     }
 
     fn start_election(&mut self, ctx: &mut Ctx<'_>) {
-        let ballot = self.promised.max(self.max_seen).next_for(self.id);
+        self.phase1(ctx, true);
+    }
+
+    /// Run phase 1: `fresh` with a new ballot (an election), otherwise again in the ballot
+    /// this leader already holds, after a membership entry took effect: the promises it
+    /// collected came from a quorum of the old configuration, and slots after the entry are
+    /// governed by the new one (docs/design.md, "Membership"). Acceptors that promised the
+    /// ballot already just answer again; the followers keep following.
+    fn phase1(&mut self, ctx: &mut Ctx<'_>, fresh: bool) {
+        let ballot = if fresh { self.promised.max(self.max_seen).next_for(self.id) } else { self.promised };
         self.promised = ballot;
         self.role = Role::Candidate;
-        self.leader = None;
+        self.leader = if fresh { None } else { Some(self.id) };
         self.in_flight.clear();
-        if let Some(h) = self.holi.as_mut() {
-            h.churn.own_election(ctx.now);
-            h.churn.attempt_started(ballot);
+        if fresh {
+            if let Some(h) = self.holi.as_mut() {
+                h.churn.own_election(ctx.now);
+                h.churn.attempt_started(ballot);
+            }
         }
         let from_slot = self.log.committed_prefix() + 1;
         let mut election = Election { promises: QuorumTracker::new(self.quorum), found: BTreeMap::new(), from_slot };
         // Our own promise, with what we accepted ourselves.
-        self.persist(ctx, &[Record::Promise(ballot)]);
+        if fresh {
+            self.persist(ctx, &[Record::Promise(ballot)]);
+        }
         let own = self.accepted_from(from_slot);
         Self::merge_promise(&mut election, own);
         election.promises.ack(self.id);
@@ -370,7 +445,13 @@ impl MultiPaxos {
     }
 
     fn on_prepare(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, from_slot: u64) {
-        if self.holi.is_some() {
+        if !self.members.contains(&from) {
+            // A removed replica (or one whose addition we have not executed yet) must not
+            // disrupt the configuration we know; it learns its fate from the log.
+            return;
+        }
+        let reprepare = ballot == self.promised && ballot.node == from;
+        if self.holi.is_some() && !reprepare {
             if ballot.is_zero() {
                 // Rule 2 probe: reject, change nothing.
                 ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
@@ -407,7 +488,7 @@ impl MultiPaxos {
         trimmed: u64,
     ) {
         self.note_response(ctx, ballot, from);
-        if self.role != Role::Candidate || ballot != self.promised {
+        if self.role != Role::Candidate || ballot != self.promised || !self.members.contains(&from) {
             return;
         }
         let Some(election) = self.election.as_mut() else { return };
@@ -439,17 +520,35 @@ impl MultiPaxos {
         let mut found = election.found;
         let mut records = Vec::new();
         let mut proposals = Vec::new();
+        // Phase 1 ran with a quorum of the configuration in effect after our committed
+        // prefix, which governs the slots up to the first membership entry found; slots
+        // after it are governed by the entry's configuration. So propose nothing after the
+        // entry: once it is executed, phase 1 runs again under the new configuration and
+        // finds what was accepted later (`apply_config`).
+        self.config_pending = None;
         for slot in election.from_slot..self.next_slot {
             if self.log.is_committed(slot) {
+                if self.log.get(slot).is_some_and(|s| matches!(s.value.value, Value::Config(_))) {
+                    self.config_pending = Some(slot);
+                    break;
+                }
                 continue;
             }
             let value = match found.remove(&slot) {
                 Some((_, v, _)) => v,
                 None => Value::noop(),
             };
+            let config = matches!(value, Value::Config(_));
             self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
             records.push(Record::Accept { slot, ballot, value: value.clone() });
             proposals.push((slot, value));
+            if config {
+                self.config_pending = Some(slot);
+                break;
+            }
+        }
+        if let Some(s) = self.config_pending {
+            self.next_slot = s + 1;
         }
         if !records.is_empty() {
             self.persist(ctx, &records);
@@ -485,6 +584,13 @@ impl MultiPaxos {
             ctx.cancel_timer(TIMER_HEARTBEAT);
             ctx.cancel_timer(TIMER_SLOWDOWN);
         }
+        self.config_pending = None;
+        if let Some((slot, client, id)) = self.config_waiter.take() {
+            let reason = format!(
+                "leadership lost before the membership entry in slot {slot} was executed; it may still take effect: check the members"
+            );
+            ctx.reply(client, Reply { client: 0, seq: id, from: self.id, body: ReplyBody::Rejected { reason } });
+        }
         for p in self.queue.drain() {
             if let Some(c) = p.client {
                 self.redirect(ctx, c, &p.cmd);
@@ -494,6 +600,9 @@ impl MultiPaxos {
     }
 
     fn on_nack(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, promised: Ballot) {
+        if !self.members.contains(&from) {
+            return;
+        }
         if self.holi.is_some() {
             self.max_seen = self.max_seen.max(promised);
             self.note_response(ctx, ballot, from);
@@ -527,7 +636,7 @@ impl MultiPaxos {
 
     /// Propose queued requests while the pipeline window has room.
     fn propose_queued(&mut self, ctx: &mut Ctx<'_>) {
-        if self.role != Role::Leader {
+        if self.role != Role::Leader || self.config_pending.is_some() {
             return;
         }
         let mut proposals = Vec::new();
@@ -606,7 +715,9 @@ impl MultiPaxos {
     }
 
     fn on_accepted(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, slot: u64) {
-        if self.role != Role::Leader || ballot != self.promised {
+        // Only members count: every slot in flight is governed by the current configuration
+        // (a membership entry stops the pipeline until it is executed).
+        if self.role != Role::Leader || ballot != self.promised || !self.members.contains(&from) {
             return;
         }
         let reached = match self.in_flight.get_mut(&slot) {
@@ -839,6 +950,7 @@ impl MultiPaxos {
 
     fn execute(&mut self, ctx: &mut Ctx<'_>) {
         let mut markers = Vec::new();
+        let mut config = None;
         while let Some((slot, entry)) = self.log.next_to_execute() {
             let clients = self.waiting.remove(&slot).unwrap_or_default();
             match &entry.value {
@@ -850,14 +962,99 @@ impl MultiPaxos {
                     self.cmds_executed += batch.len() as u64;
                 }
                 Value::Marker(m) => markers.push((slot, m.clone())),
+                Value::Config(m) => config = Some((slot, m.clone())),
             }
             self.log.advance_exec();
             // Markers act in order with the commands around them, but need `&mut self`.
             for (slot, m) in markers.drain(..) {
                 self.on_marker(ctx, slot, m);
             }
+            if let Some((slot, m)) = config.take() {
+                self.apply_config(ctx, slot, m);
+            }
         }
         self.maybe_snapshot(ctx);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Membership (HoliPaxos §3.3's fix for an extended failure: remove the failed node, add a
+    // replacement). Single-server changes through the log; see docs/design.md, "Membership".
+    // ---------------------------------------------------------------------------------------
+
+    /// An admin asks for a change. Only the leader proposes it, one at a time: a membership
+    /// entry in slot `s` takes effect when `s` is executed and governs every slot after it,
+    /// so the leader proposes nothing after `s` until then.
+    fn on_reconfigure(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, id: u64, change: MemberChange) {
+        let me = self.id;
+        let answer = |ctx: &mut Ctx<'_>, body| ctx.reply(client, Reply { client: 0, seq: id, from: me, body });
+        if self.role == Role::Candidate && self.leader == Some(self.id) {
+            let reason = "the leader is re-running phase 1 under a new configuration; retry".to_string();
+            return answer(ctx, ReplyBody::Rejected { reason });
+        }
+        if self.role != Role::Leader {
+            return answer(ctx, ReplyBody::NotLeader { leader: self.leader.filter(|l| *l != self.id) });
+        }
+        if let Some(slot) = self.config_pending {
+            let reason = format!("the membership change in slot {slot} is not committed yet; retry when it is");
+            return answer(ctx, ReplyBody::Rejected { reason });
+        }
+        let mut members = self.member_infos();
+        match change {
+            // A change already in effect is answered at once, so a client may retry freely.
+            MemberChange::Add { id: node, .. } if self.members.contains(&node) => {
+                return answer(ctx, ReplyBody::Done(synod_core::OpResult::Done));
+            }
+            MemberChange::Add { addr, .. } if addr.is_empty() => {
+                let reason = "adding a member needs its peer address".to_string();
+                return answer(ctx, ReplyBody::Invalid { reason });
+            }
+            MemberChange::Add { id: node, addr } => members.push(MemberInfo { id: node, addr }),
+            MemberChange::Remove { id: node } if !self.members.contains(&node) => {
+                return answer(ctx, ReplyBody::Done(synod_core::OpResult::Done));
+            }
+            MemberChange::Remove { .. } if self.members.len() == 1 => {
+                let reason = "cannot remove the last member".to_string();
+                return answer(ctx, ReplyBody::Invalid { reason });
+            }
+            MemberChange::Remove { id: node } => members.retain(|m| m.id != node),
+        }
+        members.sort();
+        let slot = self.next_slot;
+        // Set before proposing: a single-member cluster commits (and executes) at once.
+        self.config_pending = Some(slot);
+        self.config_waiter = Some((slot, client, id));
+        self.propose(ctx, vec![(Value::Config(members), Vec::new())]);
+    }
+
+    /// The membership entry of `slot` was executed here: the configuration changes at the
+    /// same log position on every replica.
+    fn apply_config(&mut self, ctx: &mut Ctx<'_>, slot: u64, members: Vec<MemberInfo>) {
+        let changed = self.set_members(ctx, members);
+        if self.config_pending == Some(slot) {
+            self.config_pending = None;
+        }
+        if let Some((_, client, id)) = self.config_waiter.filter(|w| w.0 == slot) {
+            self.config_waiter = None;
+            let body = ReplyBody::Done(synod_core::OpResult::Done);
+            ctx.reply(client, Reply { client: 0, seq: id, from: self.id, body });
+        }
+        if !self.is_member() {
+            // Removed: a leader steps down (its clients are redirected), and nobody here
+            // campaigns any more.
+            if self.role != Role::Follower {
+                self.step_down(ctx, None);
+            }
+            return;
+        }
+        match self.role {
+            // Always, even when the entry changed nothing (a re-proposed duplicate): the
+            // leader may have set aside values its phase 1 found after this slot
+            // (`become_leader`), and only a phase 1 from here on learns them again.
+            Role::Leader => self.phase1(ctx, false),
+            // Its election counts promises with the old quorum: start over later.
+            Role::Candidate if changed => self.step_down(ctx, None),
+            _ => {}
+        }
     }
 
     // ---------------------------------------------------------------------------------------
@@ -873,6 +1070,13 @@ impl MultiPaxos {
 
     fn on_slowdown_tick(&mut self, ctx: &mut Ctx<'_>) {
         if self.role != Role::Leader {
+            return;
+        }
+        if self.config_pending.is_some() {
+            // Nothing may be proposed after a pending membership entry: sample next tick.
+            if let Some(h) = self.holi.as_ref() {
+                ctx.set_timer(TIMER_SLOWDOWN, h.cfg.slowdown.sample);
+            }
             return;
         }
         let inflight = self.inflight_ops(ctx);
@@ -972,6 +1176,7 @@ impl MultiPaxos {
         let token = self.next_token;
         self.next_token += 1;
         self.snapshot_pending = Some((token, self.log.executed_upto(), compact));
+        self.pending_members = self.member_infos();
         ctx.push(Action::TakeSnapshot { token });
     }
 
@@ -992,7 +1197,7 @@ impl MultiPaxos {
             return;
         }
         self.snapshot_pending = None;
-        self.snapshot = Some(LocalSnapshot { index, data });
+        self.snapshot = Some(LocalSnapshot { index, data, members: std::mem::take(&mut self.pending_members) });
         for to in std::mem::take(&mut self.snapshot_waiters) {
             self.send_snapshot_chunk(ctx, to, 0);
         }
@@ -1008,8 +1213,11 @@ impl MultiPaxos {
     /// marker. Atomic in both drivers.
     fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>) {
         let Some(s) = &self.snapshot else { return };
-        let mut records =
-            vec![Record::Promise(self.promised), Record::Snapshot { index: s.index, data: s.data.to_vec() }];
+        let mut records = vec![
+            Record::Promise(self.promised),
+            Record::Snapshot { index: s.index, data: s.data.to_vec() },
+            Record::Members(s.members.clone()),
+        ];
         for (slot, e) in self.log.range(s.index + 1, self.log.last_index()) {
             records.push(match e.state {
                 SlotState::InProgress => Record::Accept { slot, ballot: e.value.ballot, value: e.value.value.clone() },
@@ -1076,9 +1284,11 @@ impl MultiPaxos {
     fn send_snapshot_chunk(&self, ctx: &mut Ctx<'_>, to: NodeId, offset: u64) {
         let Some(s) = &self.snapshot else { return };
         let data = chunk(&s.data, offset, self.params.snapshot_chunk_bytes).to_vec();
-        ctx.send(to, &Msg::SnapshotChunk { index: s.index, offset, total: s.data.len() as u64, data });
+        let members = s.members.clone();
+        ctx.send(to, &Msg::SnapshotChunk { index: s.index, offset, total: s.data.len() as u64, data, members });
     }
 
+    #[allow(clippy::too_many_arguments)] // the fields of Msg::SnapshotChunk
     fn on_snapshot_chunk(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -1087,6 +1297,7 @@ impl MultiPaxos {
         offset: u64,
         total: u64,
         data: Vec<u8>,
+        members: Vec<MemberInfo>,
     ) {
         let Some(f) = self.fetch.as_mut() else { return };
         if f.from != from || self.role == Role::Leader {
@@ -1117,18 +1328,20 @@ impl MultiPaxos {
         };
         self.fetch = None;
         ctx.cancel_timer(TIMER_SNAPSHOT);
-        self.install_snapshot(ctx, index, Bytes::from(full));
+        self.install_snapshot(ctx, index, Bytes::from(full), members);
     }
 
     /// Jump to a peer's snapshot covering every slot up to `index`.
-    fn install_snapshot(&mut self, ctx: &mut Ctx<'_>, index: u64, data: Bytes) {
+    fn install_snapshot(&mut self, ctx: &mut Ctx<'_>, index: u64, data: Bytes, members: Vec<MemberInfo>) {
         if index <= self.log.executed_upto() {
             return;
         }
         ctx.push(Action::InstallSnapshot { data: data.clone() });
+        // Only followers fetch snapshots: no leader-side membership state to update.
+        self.set_members(ctx, members.clone());
         self.log.skip_to(index + 1);
         self.waiting.retain(|slot, _| *slot > index);
-        self.snapshot = Some(LocalSnapshot { index, data });
+        self.snapshot = Some(LocalSnapshot { index, data, members });
         self.snapshots_installed += 1;
         self.leader_commit = self.leader_commit.max(index);
         self.rewrite_durable(ctx);
@@ -1155,11 +1368,18 @@ impl Protocol for MultiPaxos {
                     self.log.set(slot, Entry { ballot: Ballot::ZERO, value }, SlotState::Committed);
                 }
                 Ok(Record::CommitUpto(c)) => commit_upto = commit_upto.max(c),
+                Ok(Record::Members(members)) => {
+                    self.set_members(ctx, members.clone());
+                    if let Some(s) = self.snapshot.as_mut() {
+                        s.members = members;
+                    }
+                }
                 Ok(Record::Snapshot { index, data }) => {
                     let data = Bytes::from(data);
                     ctx.push(Action::InstallSnapshot { data: data.clone() });
                     self.log.skip_to(index + 1);
-                    self.snapshot = Some(LocalSnapshot { index, data });
+                    let members = self.member_infos();
+                    self.snapshot = Some(LocalSnapshot { index, data, members });
                     self.durable_base = index;
                     commit_upto = commit_upto.max(index);
                 }
@@ -1178,7 +1398,7 @@ impl Protocol for MultiPaxos {
         self.persisted_commit = commit_upto;
         self.leader_commit = commit_upto;
         self.execute(ctx);
-        if self.n() == 1 {
+        if self.n() == 1 && self.is_member() {
             self.start_election(ctx);
         } else {
             self.reset_election_timer(ctx);
@@ -1187,16 +1407,24 @@ impl Protocol for MultiPaxos {
 
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
         if self.broken.is_some() {
-            if let Event::Request { client, cmd } = event {
-                let reason = "replica is passive: its durable state is unreadable".to_string();
-                ctx.answer(client, &cmd, ReplyBody::Rejected { reason });
+            let reason = "replica is passive: its durable state is unreadable".to_string();
+            match event {
+                Event::Request { client, cmd } => ctx.answer(client, &cmd, ReplyBody::Rejected { reason }),
+                Event::Reconfigure { client, id, .. } => {
+                    ctx.reply(client, Reply { client: 0, seq: id, from: self.id, body: ReplyBody::Rejected { reason } })
+                }
+                _ => {}
             }
             return;
         }
         match event {
             Event::Message { from, msg, .. } => {
                 let Ok(msg) = decode::<Msg>(&msg) else { return };
-                if !self.members.contains(&from) || from == self.id {
+                // Messages from non-members are not dropped wholesale: a joining replica
+                // fetches the log and snapshots before every replica executed its addition.
+                // Votes are filtered where they are counted (on_prepare, on_promise,
+                // on_accepted, on_nack, LE reports go through the current members).
+                if from == self.id {
                     return;
                 }
                 match msg {
@@ -1220,12 +1448,13 @@ impl Protocol for MultiPaxos {
                     Msg::ControlAck { ballot, le } => self.on_control_ack(from, ballot, le),
                     Msg::Trimmed { first, source } => self.on_trimmed(ctx, first, source),
                     Msg::SnapshotReq { index, offset } => self.on_snapshot_req(ctx, from, index, offset),
-                    Msg::SnapshotChunk { index, offset, total, data } => {
-                        self.on_snapshot_chunk(ctx, from, index, offset, total, data)
+                    Msg::SnapshotChunk { index, offset, total, data, members } => {
+                        self.on_snapshot_chunk(ctx, from, index, offset, total, data, members)
                     }
                 }
             }
             Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Reconfigure { client, id, change } => self.on_reconfigure(ctx, client, id, change),
             Event::Timer(TIMER_ELECTION) => self.on_election_timer(ctx),
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
             Event::Timer(TIMER_SLOWDOWN) => self.on_slowdown_tick(ctx),
@@ -1242,6 +1471,11 @@ impl Protocol for MultiPaxos {
         extra.insert("in_flight".into(), self.in_flight.len().to_string());
         extra.insert("queued".into(), self.queue.len().to_string());
         extra.insert("log_len".into(), self.log.len().to_string());
+        let members: Vec<String> = self.members.iter().map(|m| m.to_string()).collect();
+        extra.insert("members".into(), members.join(","));
+        if let Some(s) = self.config_pending {
+            extra.insert("config_pending".into(), s.to_string());
+        }
         if self.trim != TrimMode::None || self.snapshot.is_some() {
             extra.insert("trim".into(), self.trim.name().to_string());
             extra.insert("log_first".into(), self.log.first_index().to_string());
@@ -1320,3 +1554,6 @@ pub(crate) mod mutants {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod membership_tests;

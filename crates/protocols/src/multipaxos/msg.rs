@@ -2,7 +2,7 @@
 //! plain MultiPaxos never sends).
 
 use serde::{Deserialize, Serialize};
-use synod_core::{Ballot, Command, NodeId};
+use synod_core::{Ballot, Command, MemberInfo, NodeId};
 
 /// A batch of client commands (a no-op batch is empty).
 pub type Batch = Vec<Command>;
@@ -14,6 +14,9 @@ pub enum Value {
     Cmds(Batch),
     /// A protocol marker: ordered like any value, never applied to the state machine.
     Marker(Marker),
+    /// A membership entry: the complete configuration in effect for every slot after this
+    /// one, on every replica, once this slot is executed (docs/design.md, "Membership").
+    Config(Vec<MemberInfo>),
 }
 
 impl Value {
@@ -25,7 +28,7 @@ impl Value {
     pub fn len(&self) -> usize {
         match self {
             Value::Cmds(b) => b.len(),
-            Value::Marker(_) => 0,
+            Value::Marker(_) | Value::Config(_) => 0,
         }
     }
 
@@ -90,8 +93,9 @@ pub enum Msg {
     /// Ask for an on-demand snapshot: `offset == 0` starts a transfer (of a fresh
     /// snapshot), otherwise continue the transfer of the snapshot at `index`.
     SnapshotReq { index: u64, offset: u64 },
-    /// One chunk of the snapshot covering slots up to `index`.
-    SnapshotChunk { index: u64, offset: u64, total: u64, data: Vec<u8> },
+    /// One chunk of the snapshot covering slots up to `index`; `members` is the
+    /// configuration in effect after `index` (the snapshot is only the state machine).
+    SnapshotChunk { index: u64, offset: u64, total: u64, data: Vec<u8>, members: Vec<MemberInfo> },
 }
 
 /// What MultiPaxos persists. Replayed in order on restart.
@@ -108,4 +112,7 @@ pub enum Record {
     /// A state machine snapshot covering every slot up to `index` (the start of a
     /// compacted durable image).
     Snapshot { index: u64, data: Vec<u8> },
+    /// The configuration in effect after the preceding `Snapshot` (written right after it):
+    /// membership entries the snapshot covers are no longer in the durable log.
+    Members(Vec<MemberInfo>),
 }

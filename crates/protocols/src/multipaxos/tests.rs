@@ -168,8 +168,15 @@ fn garbage_messages_and_unknown_senders_are_ignored() {
 
 #[test]
 fn bad_options_and_membership_are_refused() {
+    // A replica outside the members starts as a learner joining the cluster (membership
+    // changes), an empty configuration is refused.
     let mut s = Setup { id: 4, members: vec![1, 2, 3], params: ProtocolParams::default() };
-    assert!(MultiPaxos::new(&s, Variant::default()).err().unwrap().contains("not among"));
+    let learner = MultiPaxos::new(&s, Variant::default()).unwrap();
+    assert_eq!(learner.status().extra["members"], "1,2,3");
+    assert!(!learner.is_member());
+    s.members.clear();
+    assert!(MultiPaxos::new(&s, Variant::default()).err().unwrap().contains("members is empty"));
+    s.members = vec![1, 2, 3];
     s.id = 1;
     s.params.options.insert("bogus".into(), "1".into());
     assert!(MultiPaxos::new(&s, Variant::default()).err().unwrap().contains("bogus"));

@@ -894,6 +894,12 @@ impl Protocol for Raft {
                 }
             }
             Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Reconfigure { client, id, .. } => {
+                let reason = "membership change not supported by raft".to_string();
+                let reply =
+                    synod_core::Reply { client: 0, seq: id, from: self.id, body: ReplyBody::Invalid { reason } };
+                ctx.reply(client, reply);
+            }
             Event::Timer(TIMER_ELECTION) => self.on_election_timeout(ctx),
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
