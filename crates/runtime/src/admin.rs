@@ -1,10 +1,13 @@
-//! Admin HTTP: `/status` (JSON), `/metrics` (Prometheus text), `/health`, and the fault API
-//! (`/fault`, `/fault/link`, `/fault/heal`, `/fault/clock`; docs/faults.md).
+//! Admin HTTP: `/status` (JSON), `/metrics` (Prometheus text), `/health`, the fault API
+//! (`/fault`, `/fault/link`, `/fault/heal`, `/fault/clock`; docs/faults.md) and membership
+//! changes (`GET /members`, `POST /members/add`, `POST /members/remove`; docs/design.md,
+//! "Membership").
 //!
 //! Handlers never touch the node loop: the loop publishes its latest `Status` into a watch
 //! channel after every batch, metrics live in the process-wide recorder, and faults are
 //! shared atomics and mutexes the transport and the clock read ([`crate::link::Faults`]).
 
+use crate::client::ClientInput;
 use crate::config::Member;
 use crate::link::{FaultState, Faults, JitterDistribution, LinkSpec, Peers};
 use axum::body::Bytes;
@@ -14,16 +17,36 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use synod_core::wire::ServerMsg;
 use synod_core::NodeId;
-use synod_core::Status;
-use tokio::sync::watch;
+use synod_core::{MemberChange, ReplyBody, Status};
+use tokio::sync::{mpsc, watch};
 
 #[derive(Clone)]
 pub struct AdminState {
     pub me: Member,
     pub status: watch::Receiver<Status>,
     pub faults: Faults,
+    /// Membership changes go through the node loop (None: the endpoints answer 503).
+    pub control: Option<AdminControl>,
 }
+
+/// What the membership endpoints need: the node loop's inbox (a change is an event like a
+/// client request, answered on a connection of its own) and the current configuration.
+#[derive(Clone)]
+pub struct AdminControl {
+    pub inbox: mpsc::Sender<ClientInput>,
+    pub next_conn: Arc<AtomicU64>,
+    /// The current members and their peer addresses (kept by the transport's `PeerSet`).
+    pub members: Arc<Mutex<Vec<(NodeId, String)>>>,
+}
+
+/// How long a membership change may take before the endpoint gives up (the change may
+/// still complete: check `GET /members`).
+const RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn router(state: AdminState) -> Router {
     Router::new()
@@ -34,6 +57,9 @@ pub fn router(state: AdminState) -> Router {
         .route("/fault/link", post(fault_link))
         .route("/fault/heal", post(fault_heal))
         .route("/fault/clock", post(fault_clock))
+        .route("/members", get(members))
+        .route("/members/add", post(members_add))
+        .route("/members/remove", post(members_remove))
         .with_state(state)
 }
 
@@ -145,4 +171,102 @@ async fn fault_clock(State(state): State<AdminState>, body: Bytes) -> Response {
     }
     tracing::info!(offset_ms = req.offset_ms, "fault: clock offset set");
     Json(state.faults.state()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddRequest {
+    id: NodeId,
+    peer_addr: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveRequest {
+    id: NodeId,
+}
+
+/// `GET /members`: the configuration this replica follows, with peer addresses, and the
+/// leader it knows.
+async fn members(State(state): State<AdminState>) -> Response {
+    let Some(c) = &state.control else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "membership API not available").into_response();
+    };
+    let list: Vec<serde_json::Value> = c
+        .members
+        .lock()
+        .expect("members lock")
+        .iter()
+        .map(|(id, addr)| serde_json::json!({ "id": id, "peer_addr": addr }))
+        .collect();
+    let leader = state.status.borrow().leader;
+    Json(serde_json::json!({ "members": list, "leader": leader })).into_response()
+}
+
+async fn members_add(State(state): State<AdminState>, body: Bytes) -> Response {
+    let req: AddRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    if let Err(e) = req.peer_addr.parse::<std::net::SocketAddr>() {
+        return bad_request(format!("peer_addr {:?}: {e}", req.peer_addr));
+    }
+    reconfigure(&state, MemberChange::Add { id: req.id, addr: req.peer_addr }).await
+}
+
+async fn members_remove(State(state): State<AdminState>, body: Bytes) -> Response {
+    let req: RemoveRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    reconfigure(&state, MemberChange::Remove { id: req.id }).await
+}
+
+/// Hand the change to the node loop on a connection of its own and map the protocol's
+/// answer: 200 done; 409 `{"error", "leader"}` not the leader (ask that one); 503 refused
+/// for now (another change in progress: retry); 400 invalid or unsupported; 504 no answer.
+async fn reconfigure(state: &AdminState, change: MemberChange) -> Response {
+    let Some(c) = &state.control else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "membership API not available").into_response();
+    };
+    let conn = c.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (tx, mut rx) = mpsc::channel(8);
+    let desc = format!("{change:?}");
+    if c.inbox.send(ClientInput::Open { conn, replies: tx }).await.is_err()
+        || c.inbox.send(ClientInput::Reconfigure { conn, id: conn, change }).await.is_err()
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "replica shutting down").into_response();
+    }
+    let answer = tokio::time::timeout(RECONFIGURE_TIMEOUT, async {
+        while let Some(m) = rx.recv().await {
+            if let ServerMsg::Reply(r) = m {
+                if r.seq == conn {
+                    return Some(r.body);
+                }
+            }
+        }
+        None
+    })
+    .await;
+    let _ = c.inbox.send(ClientInput::Closed { conn }).await;
+    let error = |code: StatusCode, v: serde_json::Value| (code, Json(v)).into_response();
+    match answer {
+        Ok(Some(ReplyBody::Done(_))) => {
+            tracing::info!(change = %desc, "membership change committed");
+            Json(serde_json::json!({ "ok": true })).into_response()
+        }
+        Ok(Some(ReplyBody::NotLeader { leader })) => {
+            error(StatusCode::CONFLICT, serde_json::json!({ "error": "not the leader", "leader": leader }))
+        }
+        Ok(Some(ReplyBody::Rejected { reason })) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "error": reason, "retry": true }))
+        }
+        Ok(Some(ReplyBody::Invalid { reason })) => bad_request(reason),
+        Ok(Some(other)) => bad_request(format!("unexpected answer {other:?}")),
+        Ok(None) => (StatusCode::SERVICE_UNAVAILABLE, "replica shutting down").into_response(),
+        Err(_) => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            serde_json::json!({ "error": format!("no answer within {RECONFIGURE_TIMEOUT:?}; the change may still complete"), "retry": true }),
+        ),
+    }
 }

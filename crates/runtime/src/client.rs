@@ -44,6 +44,12 @@ pub enum ClientInput {
     Closed {
         conn: u64,
     },
+    /// A membership change from the admin API; the answer goes to `conn` with `seq == id`.
+    Reconfigure {
+        conn: u64,
+        id: u64,
+        change: synod_core::MemberChange,
+    },
 }
 
 #[derive(Clone)]

@@ -39,9 +39,36 @@ const PEER_INBOX: usize = 16 * 1024;
 /// first (an address in use is an error naming it and the listener), recovers from the WAL,
 /// and syncs the WAL on exit.
 pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    run_node(config, false, shutdown).await
+}
+
+/// [`run`] for a replica that joins an existing cluster (`synod server --join`): `members`
+/// lists the cluster's current members and this replica, but the protocol starts with the
+/// others only, as a learner that is not a member until an administrator's membership
+/// change adding it is committed (docs/design.md, "Membership"). After a restart its
+/// durable state says whether it is a member by then.
+pub async fn run_joining(
+    config: NodeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_node(config, true, shutdown).await
+}
+
+async fn run_node(
+    config: NodeConfig,
+    join: bool,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     config.validate()?;
     let info = synod_protocols::registry::find(&config.protocol).map_err(|e| anyhow!(e))?;
-    let setup = synod_protocols::Setup { id: config.id, members: config.member_ids(), params: config.params.clone() };
+    let mut members = config.member_ids();
+    if join {
+        members.retain(|m| *m != config.id);
+        if members.is_empty() {
+            anyhow::bail!("--join: the config must list the cluster's current members besides this replica");
+        }
+    }
+    let setup = synod_protocols::Setup { id: config.id, members, params: config.params.clone() };
     let protocol = (info.build)(&setup).map_err(|e| anyhow!("protocol {}: {e}", info.name))?;
     run_protocol(config, protocol, shutdown).await
 }
@@ -111,9 +138,18 @@ pub async fn run_protocol(
         inbound_metrics.insert(m.id, metrics::PeerMetrics::new(config.id, m.id));
     }
     let (peer_tx, peer_rx) = mpsc::channel(PEER_INBOX);
-    tasks.spawn(transport::accept_peers(peer_listener, identity, Arc::new(inbound_metrics), peer_tx));
+    let inbound: transport::PeerDirectory = Arc::new(std::sync::RwLock::new(inbound_metrics));
+    tasks.spawn(transport::accept_peers(peer_listener, identity.clone(), inbound.clone(), peer_tx));
     let (client_tx, client_rx) = mpsc::channel(client::CLIENT_INBOX);
     let next_conn = Arc::new(AtomicU64::new(1));
+    let current_members = Arc::new(std::sync::Mutex::new(
+        config.members.iter().map(|m| (m.id, m.peer_addr.to_string())).collect::<Vec<_>>(),
+    ));
+    let admin_control = admin::AdminControl {
+        inbox: client_tx.clone(),
+        next_conn: next_conn.clone(),
+        members: current_members.clone(),
+    };
     if let Some((listener, addr)) = resp_listener {
         let shared = resp::RespShared::new(
             &config,
@@ -137,9 +173,12 @@ pub async fn run_protocol(
         },
     ));
     let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);
+    let configured = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
+    driver.set_peer_set(transport::PeerSet::new(identity, seed, configured, inbound, current_members));
     // The fault API moves the offset of the clock the node loop reads.
     let faults = link::Faults::with_links(config.id, links, driver.clock().clone());
-    let router = admin::router(admin::AdminState { me: me.clone(), status: status_rx, faults });
+    let router =
+        admin::router(admin::AdminState { me: me.clone(), status: status_rx, faults, control: Some(admin_control) });
     tasks.spawn(async move {
         if let Err(e) = axum::serve(admin_listener, router).await {
             tracing::error!("admin HTTP server failed: {e}");

@@ -14,7 +14,7 @@ use crate::client::ClientInput;
 use crate::metrics::NodeMetrics;
 use crate::storage::Storage;
 use crate::timers::Timers;
-use crate::transport::{Incoming, PeerFrame, PeerSender};
+use crate::transport::{Incoming, PeerFrame, PeerSender, PeerSet};
 use anyhow::Context as _;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -87,6 +87,7 @@ fn event_kind(event: &Event) -> &'static str {
         Event::Timer(_) => "timer",
         Event::Persisted { .. } => "persisted",
         Event::SnapshotTaken { .. } => "snapshot-taken",
+        Event::Reconfigure { .. } => "reconfigure",
     }
 }
 
@@ -122,6 +123,8 @@ pub struct Driver {
     rewrites_rx: mpsc::UnboundedReceiver<()>,
     status: watch::Sender<Status>,
     metrics: NodeMetrics,
+    /// Connects to / drops peers when the configuration changes (None: fixed peers).
+    peer_set: Option<PeerSet>,
 }
 
 /// Bookkeeping of one turn.
@@ -167,7 +170,13 @@ impl Driver {
             rewrites_rx,
             status,
             metrics,
+            peer_set: None,
         }
+    }
+
+    /// Follow membership changes (`Action::MembershipChanged`) with `peer_set`.
+    pub fn set_peer_set(&mut self, peer_set: PeerSet) {
+        self.peer_set = Some(peer_set);
     }
 
     /// A handle on the clock the node loop reads (shares its offset; see [`Clock`]).
@@ -256,6 +265,9 @@ impl Driver {
             }
             ClientInput::Closed { conn } => {
                 self.clients.remove(&conn);
+            }
+            ClientInput::Reconfigure { conn, id, change } => {
+                events.push(Event::Reconfigure { client: ClientRef { node: self.id, conn }, id, change })
             }
             ClientInput::Request { conn, mut cmd } => {
                 // Stamp this replica's wall clock (see `Command::now_ms`): expiry decisions
@@ -374,6 +386,11 @@ impl Driver {
                     // The receiver is gone only when the replica stops.
                     let _ = tx.send(Event::SnapshotTaken { token, data });
                 });
+            }
+            Action::MembershipChanged { members } => {
+                if let Some(ps) = self.peer_set.as_mut() {
+                    ps.apply(&members, &mut self.peers);
+                }
             }
             Action::InstallSnapshot { data } => match StateMachine::restore(&data) {
                 Ok(sm) => self.sm = sm,
@@ -590,7 +607,7 @@ mod tests {
                     ctx.send(2, &format!("got {} from {from}", String::from_utf8_lossy(&msg)))
                 }
                 Event::Timer(t) => ctx.push(Action::Send { to: 2, msg: Bytes::from(format!("timer {t}")) }),
-                Event::SnapshotTaken { .. } => {}
+                Event::SnapshotTaken { .. } | Event::Reconfigure { .. } => {}
             }
         }
         fn status(&self) -> Status {

@@ -28,10 +28,10 @@ use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use synod_core::wire::{self, PeerHello, PEER_MAGIC};
-use synod_core::{NodeId, Time};
+use synod_core::{MemberInfo, NodeId, Time};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -116,6 +116,75 @@ pub fn spawn_outbound(
     let metrics = PeerMetrics::new(identity.me, peer);
     tasks.spawn(outbound(identity, peer, addr, rx, metrics.clone(), seed, link));
     PeerSender::new(tx, metrics)
+}
+
+/// The peers this replica accepts connections from (and counts their messages): the
+/// current members. Membership changes add and remove entries ([`PeerSet`]); an inbound
+/// connection from a peer that is no longer in it is closed at its next frame.
+pub type PeerDirectory = Arc<RwLock<HashMap<NodeId, PeerMetrics>>>;
+
+/// The dynamic side of the transport: when the protocol reports a new configuration
+/// (`Action::MembershipChanged`), connect to the members we have no connection to and drop
+/// the ones that left (their outbound task ends when its queue handle is dropped).
+pub struct PeerSet {
+    identity: Identity,
+    seed: u64,
+    /// Addresses from the config file: a member whose entry carries no address uses these.
+    configured: HashMap<NodeId, SocketAddr>,
+    inbound: PeerDirectory,
+    /// Outbound tasks of peers added at run time (aborted when the set is dropped).
+    tasks: JoinSet<()>,
+    /// The current configuration with peer addresses (the admin API's `GET /members`).
+    current: Arc<Mutex<Vec<(NodeId, String)>>>,
+}
+
+impl PeerSet {
+    pub fn new(
+        identity: Identity,
+        seed: u64,
+        configured: HashMap<NodeId, SocketAddr>,
+        inbound: PeerDirectory,
+        current: Arc<Mutex<Vec<(NodeId, String)>>>,
+    ) -> PeerSet {
+        PeerSet { identity, seed, configured, inbound, tasks: JoinSet::new(), current }
+    }
+
+    /// Make `peers` (the node loop's senders) match `members`.
+    pub fn apply(&mut self, members: &[MemberInfo], peers: &mut HashMap<NodeId, PeerSender>) {
+        let me = self.identity.me;
+        let mut current = Vec::new();
+        for m in members {
+            let addr = match m.addr.parse::<SocketAddr>() {
+                Ok(a) => Some(a),
+                Err(_) if m.addr.is_empty() => self.configured.get(&m.id).copied(),
+                Err(e) => {
+                    warn!(member = m.id, addr = %m.addr, "membership entry carries a bad peer address ({e})");
+                    self.configured.get(&m.id).copied()
+                }
+            };
+            current.push((m.id, addr.map(|a| a.to_string()).unwrap_or_default()));
+            if m.id == me || peers.contains_key(&m.id) {
+                continue;
+            }
+            let Some(addr) = addr else {
+                warn!(member = m.id, "no peer address known for a new member; not connecting");
+                continue;
+            };
+            info!(member = m.id, %addr, "membership: connecting to a new member");
+            self.inbound.write().expect("peer directory lock").insert(m.id, PeerMetrics::new(me, m.id));
+            let link = Arc::new(Link::new(me, m.id));
+            let sender =
+                spawn_outbound(&mut self.tasks, self.identity.clone(), m.id, addr, self.seed ^ m.id as u64, link);
+            peers.insert(m.id, sender);
+        }
+        let gone: Vec<NodeId> = peers.keys().copied().filter(|p| !members.iter().any(|m| m.id == *p)).collect();
+        for p in gone {
+            info!(peer = p, "membership: peer removed; closing our connections to it");
+            peers.remove(&p);
+            self.inbound.write().expect("peer directory lock").remove(&p);
+        }
+        *self.current.lock().expect("members lock") = current;
+    }
 }
 
 /// Why an established outbound connection ended.
@@ -322,7 +391,7 @@ fn encode_frame(buf: &mut BytesMut, frame: &PeerFrame, max_frame_bytes: usize, p
 pub async fn accept_peers(
     listener: TcpListener,
     identity: Identity,
-    members: Arc<HashMap<NodeId, PeerMetrics>>,
+    members: PeerDirectory,
     inbox: mpsc::Sender<Incoming>,
 ) {
     let mut conns = JoinSet::new();
@@ -352,7 +421,7 @@ pub async fn accept_peers(
 async fn serve_peer(
     mut stream: TcpStream,
     identity: &Identity,
-    members: &HashMap<NodeId, PeerMetrics>,
+    members: &PeerDirectory,
     inbox: mpsc::Sender<Incoming>,
 ) -> anyhow::Result<NodeId> {
     let _ = stream.set_nodelay(true);
@@ -370,8 +439,9 @@ async fn serve_peer(
         bail!("peer {} belongs to cluster {:?}, this node to {:?}", hello.from, hello.cluster, identity.cluster);
     }
     let from = hello.from;
-    let Some(metrics) = members.get(&from).filter(|_| from != identity.me) else {
-        bail!("unknown peer id {from} in the handshake");
+    let member = members.read().expect("peer directory lock").get(&from).cloned();
+    let Some(metrics) = member.filter(|_| from != identity.me) else {
+        bail!("unknown peer id {from} in the handshake (not a member)");
     };
     debug!(from, "peer connected");
     let incarnation = hello.incarnation;
@@ -385,6 +455,9 @@ async fn serve_peer(
     }
     while let Some(frame) = read_frame(&mut stream, &mut buf, identity.max_frame_bytes).await? {
         let f: PeerFrame = wire::decode_payload(&frame).with_context(|| format!("from peer {from}"))?;
+        if !members.read().expect("peer directory lock").contains_key(&from) {
+            bail!("peer {from} was removed from the configuration");
+        }
         metrics.received.increment(1);
         if inbox.send(Incoming { from, sent_at: Time(f.sent_at), msg: f.msg }).await.is_err() {
             break; // node loop gone: shutting down
@@ -504,7 +577,7 @@ mod tests {
         // Our own listener, and peer 2 (restarted) dialing into it.
         let our_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let our_addr = our_listener.local_addr().unwrap();
-        let members = Arc::new(HashMap::from([(2, PeerMetrics::new(1, 2))]));
+        let members = Arc::new(RwLock::new(HashMap::from([(2, PeerMetrics::new(1, 2))])));
         let (inbox_tx, mut inbox_rx) = mpsc::channel(16);
         tasks.spawn(accept_peers(our_listener, test_identity(1, cluster), members, inbox_tx));
         // Peer 2 dials in with the incarnation we know, then redials with the same one (a
