@@ -161,6 +161,8 @@ struct Node {
     log: PathBuf,
     child: Option<Child>,
     starts: u32,
+    /// Started with `--join` (added to the running cluster by a membership change).
+    join: bool,
 }
 
 /// The supervisor of a running cluster: owns the child processes.
@@ -190,6 +192,7 @@ impl Cluster {
                     config_path,
                     child: None,
                     starts: 0,
+                    join: false,
                 })
                 .collect(),
         };
@@ -272,12 +275,11 @@ impl Cluster {
                 .map_err(|e| format!("cannot open log {}: {e}", node.log.display()))
         };
         let mut cmd = Command::new(&exe);
-        cmd.arg("server")
-            .arg("--config")
-            .arg(&node.config_path)
-            .stdin(Stdio::null())
-            .stdout(open_log()?)
-            .stderr(open_log()?);
+        cmd.arg("server").arg("--config").arg(&node.config_path);
+        if node.join {
+            cmd.arg("--join");
+        }
+        cmd.stdin(Stdio::null()).stdout(open_log()?).stderr(open_log()?);
         // Ctrl-C in the terminal reaches only the supervisor, which then stops the replicas
         // in order; and if the supervisor dies without doing so, the kernel sends them SIGTERM.
         #[cfg(unix)]
@@ -355,9 +357,18 @@ impl Cluster {
             requests.sort();
             for path in requests {
                 let name = path.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
-                let Some(id) = name.strip_prefix("restart-").and_then(|s| s.parse::<NodeId>().ok()) else { continue };
+                let parse = |prefix: &str| name.strip_prefix(prefix).and_then(|s| s.parse::<NodeId>().ok());
+                let event = if let Some(id) = parse("restart-") {
+                    self.restart(id)
+                } else if let Some(id) = parse("join-") {
+                    self.join(id)
+                } else if let Some(id) = parse("retire-") {
+                    self.retire(id)
+                } else {
+                    continue;
+                };
                 let _ = std::fs::remove_file(&path);
-                events.push(self.restart(id));
+                events.push(event);
             }
         }
         if !events.is_empty() {
@@ -380,6 +391,79 @@ impl Cluster {
             Ok(()) => format!("node {id} restarted (pid {})", self.nodes[i].child.as_ref().map_or(0, Child::id)),
             Err(e) => format!("node {id} could not be restarted: {e}"),
         }
+    }
+
+    /// Start a new replica `id` on free ports with `--join` (membership changes: the
+    /// caller then asks the leader to add it). Its config lists the current nodes and itself.
+    fn join(&mut self, id: NodeId) -> String {
+        if self.nodes.iter().any(|n| n.config.id == id) {
+            return format!("join request for node {id} ignored: it exists");
+        }
+        let Some(template) = self.nodes.first().map(|n| n.config.clone()) else {
+            return "join request ignored: no node to copy the configuration from".into();
+        };
+        let free = || -> Result<std::net::SocketAddr, String> {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+            l.local_addr().map_err(|e| e.to_string())
+        };
+        let me = match (free(), free(), free()) {
+            (Ok(peer_addr), Ok(client_addr), Ok(admin_addr)) => {
+                Member { id, peer_addr, client_addr, admin_addr, resp_addr: None }
+            }
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return format!("node {id} not started: {e}"),
+        };
+        let mut members = self.members();
+        members.push(me);
+        let config = NodeConfig { id, data_dir: Some(self.dir.join(format!("node{id}"))), members, ..template };
+        if let Err(e) = config.validate() {
+            return format!("node {id} not started: {e}");
+        }
+        let config_path = self.dir.join(format!("node{id}.toml"));
+        let text = match toml::to_string(&config) {
+            Ok(t) => format!(
+                "# Written by `synod fault add-node`; run with `synod server --join --config {}`.\n{t}",
+                config_path.display()
+            ),
+            Err(e) => return format!("node {id} not started: {e}"),
+        };
+        if let Err(e) = std::fs::write(&config_path, text) {
+            return format!("node {id} not started: cannot write {}: {e}", config_path.display());
+        }
+        self.nodes.push(Node {
+            log: config_path.with_extension("log"),
+            config,
+            config_path,
+            child: None,
+            starts: 0,
+            join: true,
+        });
+        let i = self.nodes.len() - 1;
+        match self.spawn(i) {
+            Ok(()) => format!("node {id} started to join (pid {})", self.nodes[i].child.as_ref().map_or(0, Child::id)),
+            Err(e) => format!("node {id} could not be started: {e}"),
+        }
+    }
+
+    /// Stop replica `id` (removed from the configuration) and forget it.
+    fn retire(&mut self, id: NodeId) -> String {
+        let Some(i) = self.nodes.iter().position(|n| n.config.id == id) else {
+            return format!("retire request for unknown node {id} ignored");
+        };
+        let mut node = self.nodes.remove(i);
+        if let Some(mut child) = node.child.take() {
+            signal(child.id(), libc::SIGCONT);
+            signal(child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while !matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        format!("node {id} retired (stopped and removed from cluster.toml)")
     }
 
     /// SIGTERM every live replica, wait for them, SIGKILL the ones that do not exit in time.

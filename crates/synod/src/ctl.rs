@@ -68,6 +68,26 @@ pub enum CtlCommand {
         #[arg(long, short, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
+    /// Membership changes (MultiPaxos / HoliPaxos), one node at a time, through the leader's
+    /// admin API (docs/design.md, "Membership").
+    Member {
+        /// The cluster.toml (or its directory) of the cluster, for the admin addresses.
+        #[arg(long, env = "SYNOD_CLUSTER")]
+        cluster: std::path::PathBuf,
+        #[command(subcommand)]
+        op: MemberOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MemberOp {
+    /// Add replica ID, already started with `synod server --join`, reachable by peers at
+    /// PEER_ADDR (host:port). `synod fault add-node` starts one and adds it in one step.
+    Add { id: synod_core::NodeId, peer_addr: std::net::SocketAddr },
+    /// Remove replica ID from the configuration (its process keeps running).
+    Remove { id: synod_core::NodeId },
+    /// Print the configuration the leader follows (GET /members).
+    List,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -77,6 +97,9 @@ pub enum Format {
 }
 
 pub fn main(args: Args) -> ExitCode {
+    if let CtlCommand::Member { cluster, op } = &args.command {
+        return member(cluster, op);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -151,9 +174,44 @@ async fn run(args: Args) -> ExitCode {
             }
             Err(e) => return fail(e),
         },
-        CtlCommand::Status { .. } => unreachable!("handled above"),
+        CtlCommand::Status { .. } | CtlCommand::Member { .. } => unreachable!("handled above"),
     }
     ExitCode::SUCCESS
+}
+
+fn member(cluster: &std::path::Path, op: &MemberOp) -> ExitCode {
+    let c = match crate::cluster::ClusterFile::load(cluster) {
+        Ok((_, c)) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match op {
+        MemberOp::Add { id, peer_addr } => crate::fault::change_membership(
+            &c,
+            &serde_json::json!({ "id": id, "peer_addr": peer_addr.to_string() }),
+            "add",
+        ),
+        MemberOp::Remove { id } => crate::fault::change_membership(&c, &serde_json::json!({ "id": id }), "remove"),
+        MemberOp::List => crate::fault::find_leader(&c)
+            .and_then(|l| c.node(l).cloned())
+            .and_then(|n| {
+                crate::http::get(n.admin_addr, "/members", Duration::from_secs(2))
+                    .map_err(|e| format!("node {}: {e}", n.id))
+            })
+            .map(|(_, body)| body),
+    };
+    match result {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn show(v: Option<&Bytes>) -> String {

@@ -248,6 +248,13 @@ impl FromStr for Quota {
 
 #[derive(Subcommand, Clone, Debug, PartialEq)]
 pub enum Action {
+    /// Start a new replica on free ports under the supervisor (`synod server --join`) and
+    /// add it to the configuration through the leader (MultiPaxos / HoliPaxos membership
+    /// change); cluster.toml then lists it. Id: one above the highest.
+    AddNode,
+    /// Remove a replica (N or `leader`) from the configuration through the leader, then
+    /// stop it and drop it from cluster.toml.
+    RemoveNode { node: NodeSel },
     /// SIGKILL a replica (N or `leader`); the supervisor keeps the others running.
     Kill { node: NodeSel },
     /// Start a killed replica again (N, or `all` for every replica that is down), from its WAL.
@@ -338,6 +345,7 @@ impl Action {
             | Action::Cpu { node: NodeSel::Id(id), .. }
             | Action::Clock { node: NodeSel::Id(id), .. }
             | Action::Restart { node: NodeOrAll::Id(id) }
+            | Action::RemoveNode { node: NodeSel::Id(id) }
             | Action::Resume { node: NodeOrAll::Id(id) } => known(*id),
             Action::Partition { shape, links, roles } => {
                 if shape.is_none() && links.is_none() {
@@ -426,6 +434,14 @@ pub fn execute(cluster: &Path, action: &Action) -> Result<Vec<String>, FaultErro
     action.check(&c.ids()).map_err(FaultError::Usage)?;
     let fail = FaultError::Failed;
     match action {
+        Action::AddNode => add_node(&file_path, &c),
+        Action::RemoveNode { node } => {
+            let (id, why) = resolve(&c, *node)?;
+            let mut out = vec![change_membership(&c, &json!({ "id": id }), "remove").map_err(fail)?];
+            out[0] = format!("{}{why}", out[0]);
+            out.push(supervise_request(&file_path, &c, &format!("retire-{id}"), |f| f.node(id).is_err())?);
+            Ok(out)
+        }
         Action::Kill { node } => {
             let (id, why) = resolve(&c, *node)?;
             let n = c.node(id).map_err(FaultError::Usage)?;
@@ -639,6 +655,100 @@ fn send(pid: u32, sig: libc::c_int) -> Result<(), String> {
     } else {
         Err(format!("signal to pid {pid} failed: {}", std::io::Error::last_os_error()))
     }
+}
+
+/// How long a membership change may take (leader changes and retries included).
+const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// POST a membership change (`op` = add | remove, `body` its JSON) to the leader's admin
+/// API, following `not the leader` answers and retrying while another change is in
+/// progress or no leader is known. Shared with `synod ctl member`.
+pub fn change_membership(c: &ClusterFile, body: &Value, op: &str) -> Result<String, String> {
+    let deadline = Instant::now() + MEMBERSHIP_TIMEOUT;
+    let mut target = find_leader(c).ok();
+    let mut last = String::from("no leader found");
+    loop {
+        if let Some(n) = target.and_then(|id| c.node(id).ok()) {
+            match crate::http::post_json(
+                n.admin_addr,
+                &format!("/members/{op}"),
+                &body.to_string(),
+                Duration::from_secs(12),
+            ) {
+                Ok((200, _)) => return Ok(format!("membership: {op} {body} committed (leader node {})", n.id)),
+                Ok((409, b)) => {
+                    last = format!("node {} is not the leader: {b}", n.id);
+                    let hint = serde_json::from_str::<Value>(&b).ok().and_then(|v| v["leader"].as_u64());
+                    target = hint.map(|l| l as NodeId).filter(|l| c.node(*l).is_ok());
+                    if target.is_some() {
+                        continue;
+                    }
+                }
+                Ok((400, b)) => return Err(format!("membership {op} refused: {b}")),
+                Ok((code, b)) => last = format!("node {} answered {code}: {b}", n.id),
+                Err(e) => last = format!("node {}: {e}", n.id),
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("membership {op} {body} not done within {MEMBERSHIP_TIMEOUT:?}: {last}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        target = find_leader(c).ok();
+    }
+}
+
+/// Write control request `name` for the supervisor and wait until cluster.toml satisfies
+/// `done`.
+fn supervise_request(
+    file_path: &Path,
+    c: &ClusterFile,
+    name: &str,
+    done: impl Fn(&ClusterFile) -> bool,
+) -> Result<String, FaultError> {
+    if !process_alive(c.supervisor_pid) {
+        return Err(FaultError::Failed(format!(
+            "the supervisor (pid {}) of this cluster is not running: cannot {name}",
+            c.supervisor_pid
+        )));
+    }
+    let control = c.control_dir();
+    std::fs::create_dir_all(&control)
+        .map_err(|e| FaultError::Failed(format!("cannot create {}: {e}", control.display())))?;
+    let req = control.join(name);
+    std::fs::write(&req, b"").map_err(|e| FaultError::Failed(format!("cannot write {}: {e}", req.display())))?;
+    let deadline = Instant::now() + RESTART_TIMEOUT;
+    loop {
+        if let Ok((_, f)) = ClusterFile::load(file_path) {
+            if done(&f) {
+                return Ok(format!("supervisor: {name} done"));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(FaultError::Failed(format!("supervisor did not do {name} within {RESTART_TIMEOUT:?}")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `add-node`: the supervisor starts a joining replica, then the leader adds it.
+fn add_node(file_path: &Path, c: &ClusterFile) -> Result<Vec<String>, FaultError> {
+    let id = c.ids().into_iter().max().unwrap_or(0) + 1;
+    let mut out = vec![supervise_request(file_path, c, &format!("join-{id}"), |f| {
+        f.node(id).is_ok_and(|n| n.state == NodeState::Running)
+    })?];
+    let (_, now) = ClusterFile::load(file_path).map_err(FaultError::Failed)?;
+    let n = now.node(id).map_err(FaultError::Failed)?.clone();
+    let deadline = Instant::now() + RESTART_TIMEOUT;
+    while !matches!(crate::http::get(n.admin_addr, "/health", HTTP_TIMEOUT), Ok((200, _))) {
+        if Instant::now() >= deadline {
+            return Err(FaultError::Failed(format!("new node {id} never answered /health; see {}", n.log.display())));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    out.push(format!("node {id} started (pid {}, peer {}, client {})", n.pid.unwrap_or(0), n.peer_addr, n.client_addr));
+    let body = json!({ "id": id, "peer_addr": n.peer_addr.to_string() });
+    out.push(change_membership(&now, &body, "add").map_err(FaultError::Failed)?);
+    Ok(out)
 }
 
 /// Ask the supervisor to start nodes again and wait until they answer `/health`.

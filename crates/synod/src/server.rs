@@ -26,6 +26,11 @@ pub struct Args {
     /// Override the config's `fsync` mode: never, batch or always.
     #[arg(long)]
     pub fsync: Option<FsyncMode>,
+    /// Join an existing cluster: `members` lists its current members and this replica,
+    /// which starts empty and is not a member until `synod ctl member add` (or the admin
+    /// API's POST /members/add) committed its addition (MultiPaxos / HoliPaxos).
+    #[arg(long)]
+    pub join: bool,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -60,7 +65,13 @@ pub fn main(args: Args) -> ExitCode {
         let signal = crate::signal::shutdown().await;
         tracing::info!("{signal} received, shutting down");
     };
-    match runtime.block_on(synod_runtime::run(config, shutdown)) {
+    let run = async move {
+        match args.join {
+            true => synod_runtime::run_joining(config, shutdown).await,
+            false => synod_runtime::run(config, shutdown).await,
+        }
+    };
+    match runtime.block_on(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("replica failed: {e:#}");
