@@ -72,8 +72,13 @@
 //!    fetches) — the paper's "commit up to LE only without gaps", plus the ballot check that
 //!    keeps it safe when a follower still holds an older leader's value. → `learn_commit`.
 //!
-//! Not implemented (yet): membership change through the log (§3.3's fix for an extended
-//! failure freezing GLE). Marker state is protocol state derived from the log, so a node
+//! 6. **Reconfiguration (§3.3's fix for an extended failure freezing GLE).** Single-server
+//!    membership changes through the log, shared with MultiPaxos (multipaxos "Membership"
+//!    section, docs/design.md): GLE and quorum trim use the current members, so a removed
+//!    node no longer freezes GLE and a new node's LE counts once it joined; the new node
+//!    catches up through an on-demand snapshot when the log is trimmed.
+//!
+//! Marker state is protocol state derived from the log, so a node
 //! that skips markers by installing a snapshot does not know about them (only liveness
 //! heuristics depend on markers).
 
