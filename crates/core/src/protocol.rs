@@ -174,9 +174,13 @@ pub enum Action {
     /// before the report. If the driver cannot write it (e.g. disk full), it logs why and the
     /// old records stay, with no report. Another `CompactDurable` or a `RewriteDurable`
     /// may supersede one not yet reported, which then gets no report.
+    ///
+    /// Each record is given as the parts it is the concatenation of: a snapshot record is
+    /// a small encoded header followed by the snapshot's bytes (see [`encode_with_payload`]),
+    /// so tens of MB are never copied on the replica's thread.
     CompactDurable {
         token: u64,
-        records: Vec<Bytes>,
+        records: Vec<Vec<Bytes>>,
     },
     /// Answer a client directly (redirects, rejects, speculative replies).
     Reply {
@@ -299,6 +303,27 @@ pub fn encode<M: Serialize>(msg: &M) -> Bytes {
     Bytes::from(postcard::to_allocvec(msg).expect("protocol messages serialize"))
 }
 
+/// Encode `msg`, whose last serialized field is a byte string, as two parts without copying
+/// that byte string: the postcard encoding of `msg` with the field empty minus its final
+/// length byte, plus the varint length, then `payload` itself. The concatenation equals
+/// `encode` of `msg` with the field set to `payload` (postcard writes a byte string as a
+/// varint length and the bytes). `with_empty` must be `msg` with that field empty.
+pub fn encode_with_payload<M: Serialize>(with_empty: &M, payload: Bytes) -> Vec<Bytes> {
+    let mut head = postcard::to_allocvec(with_empty).expect("protocol records serialize");
+    assert_eq!(head.pop(), Some(0), "the last field of the record must be an empty byte string");
+    let mut len = payload.len() as u64;
+    loop {
+        let byte = (len & 0x7f) as u8;
+        len >>= 7;
+        if len == 0 {
+            head.push(byte);
+            break;
+        }
+        head.push(byte | 0x80);
+    }
+    vec![Bytes::from(head), payload]
+}
+
 /// Decode a protocol message or record; a malformed input is an error, never a panic.
 pub fn decode<'de, M: Deserialize<'de>>(bytes: &'de [u8]) -> Result<M, postcard::Error> {
     postcard::from_bytes(bytes)
@@ -362,5 +387,30 @@ pub trait Protocol: Send {
     /// A one-line human-readable rendering of a peer message (for `synod check --trace`).
     fn describe_message(&self, msg: &[u8]) -> String {
         format!("<{} bytes>", msg.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    enum Rec {
+        Other(u64),
+        Snap { index: u64, term: u64, data: Bytes },
+    }
+
+    #[test]
+    fn encode_with_payload_equals_the_plain_encoding() {
+        for len in [0usize, 1, 127, 128, 300, 16_383, 16_384, 70_000, 3_000_000] {
+            let data = Bytes::from((0..len).map(|i| i as u8).collect::<Vec<u8>>());
+            let full = Rec::Snap { index: 1 << 40, term: 7, data: data.clone() };
+            let parts = encode_with_payload(&Rec::Snap { index: 1 << 40, term: 7, data: Bytes::new() }, data.clone());
+            assert_eq!(parts.len(), 2);
+            assert!(parts[1].as_ptr() == data.as_ptr(), "the payload is not copied");
+            let joined = parts.concat();
+            assert_eq!(joined, encode(&full).to_vec(), "len {len}");
+            assert_eq!(decode::<Rec>(&joined).unwrap(), full);
+        }
     }
 }

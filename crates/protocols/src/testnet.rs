@@ -103,8 +103,9 @@ impl Net {
                     }
                 }
                 Action::Persist { records, .. } => node.durable.extend(records),
-                Action::RewriteDurable { records, .. } | Action::CompactDurable { records, .. } => {
-                    node.durable = records
+                Action::RewriteDurable { records, .. } => node.durable = records,
+                Action::CompactDurable { records, .. } => {
+                    node.durable = records.into_iter().map(|parts| Bytes::from(parts.concat())).collect()
                 }
                 Action::Reply { reply, .. } => self.replies.push(reply),
                 Action::Apply { pos, cmd, reply } => {

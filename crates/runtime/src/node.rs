@@ -116,9 +116,11 @@ pub struct Driver {
     /// Snapshots serialized on blocking threads come back here as `SnapshotTaken` events.
     snapshots_tx: mpsc::UnboundedSender<Event>,
     snapshots_rx: mpsc::UnboundedReceiver<Event>,
-    /// A background WAL rewrite (`CompactDurable`) in progress: its token and start time.
-    /// The writer thread signals on `rewrites_tx` when the image is ready to install.
-    compacting: Option<(u64, Instant)>,
+    /// Background WAL rewrites (`CompactDurable`) begun and not installed: storage id ->
+    /// (protocol token, start time). The writer thread signals on `rewrites_tx` when an image
+    /// is ready to install.
+    compacting: HashMap<u64, (u64, Instant)>,
+    next_compaction: u64,
     rewrites_tx: mpsc::UnboundedSender<()>,
     rewrites_rx: mpsc::UnboundedReceiver<()>,
     status: watch::Sender<Status>,
@@ -165,7 +167,8 @@ impl Driver {
             internal: VecDeque::new(),
             snapshots_tx,
             snapshots_rx,
-            compacting: None,
+            compacting: HashMap::new(),
+            next_compaction: 0,
             rewrites_tx,
             rewrites_rx,
             status,
@@ -331,30 +334,23 @@ impl Driver {
                     turn.dirty = true;
                 }
                 // It superseded any background compaction (which gets no report).
-                self.compacting = None;
+                self.compacting.clear();
                 turn.tokens.push(token);
             }
             Action::CompactDurable { token, records } => match self.storage.as_mut() {
                 // Nothing is kept: the compaction is complete at once.
                 None => turn.tokens.push(token),
                 Some(st) => {
+                    self.next_compaction += 1;
+                    let id = self.next_compaction;
                     let tx = self.rewrites_tx.clone();
-                    // Framing, writing and fsyncing the image happen on the WAL's
-                    // thread; the node loop only installs it (`finish_compaction`).
-                    let earlier_installed = st
-                        .begin_rewrite(
-                            records,
-                            Box::new(move || {
-                                let _ = tx.send(()); // gone only when the replica stops
-                            }),
-                        )
-                        .context("write-ahead log compaction")?;
-                    if let Some((earlier, _)) = self.compacting.take() {
-                        if earlier_installed {
-                            turn.tokens.push(earlier);
-                        }
-                    }
-                    self.compacting = Some((token, Instant::now()));
+                    // Framing, writing and fsyncing the image happen on the WAL's thread;
+                    // the node loop only installs it (`finish_compaction`).
+                    let on_written = Box::new(move || {
+                        let _ = tx.send(()); // gone only when the replica stops
+                    });
+                    st.begin_rewrite(id, records, on_written).context("write-ahead log compaction")?;
+                    self.compacting.insert(id, (token, Instant::now()));
                 }
             },
             Action::Apply { cmd, reply, .. } => {
@@ -378,14 +374,20 @@ impl Driver {
                 let sm = self.sm.clone();
                 self.metrics.snapshot_pause_seconds.record(started.elapsed().as_secs_f64());
                 let (tx, metrics) = (self.snapshots_tx.clone(), self.metrics.clone());
-                tokio::task::spawn_blocking(move || {
+                let serialize = move || {
+                    // Background work: on a machine with few cores, the replica's own threads
+                    // (node loop, network) should win the CPU over it.
+                    lower_thread_priority();
                     let data = Bytes::from(sm.snapshot());
                     metrics.snapshots.increment(1);
                     metrics.snapshot_seconds.record(started.elapsed().as_secs_f64());
                     metrics.snapshot_bytes.set(data.len() as f64);
                     // The receiver is gone only when the replica stops.
                     let _ = tx.send(Event::SnapshotTaken { token, data });
-                });
+                };
+                if let Err(e) = std::thread::Builder::new().name("synod-snapshot".into()).spawn(serialize) {
+                    error!("cannot start the snapshot thread: {e}; no snapshot this time");
+                }
             }
             Action::MembershipChanged { members } => {
                 if let Some(ps) = self.peer_set.as_mut() {
@@ -406,17 +408,18 @@ impl Driver {
         let Some(st) = self.storage.as_mut() else { return Ok(()) };
         let started = Instant::now();
         match st.finish_rewrite() {
-            Ok(true) => {
+            Ok(Some(id)) => {
                 self.metrics.compaction_install_seconds.record(started.elapsed().as_secs_f64());
-                if let Some((token, began)) = self.compacting.take() {
+                // Begun before it, never installed: superseded (the WAL replaced them).
+                self.compacting.retain(|other, _| *other >= id);
+                if let Some((token, began)) = self.compacting.remove(&id) {
                     self.metrics.compactions.increment(1);
                     self.metrics.compaction_seconds.record(began.elapsed().as_secs_f64());
                     self.internal.push_back(Event::Persisted { token });
                 }
             }
-            Ok(false) => {}
+            Ok(None) => {}
             Err(e) => {
-                self.compacting = None;
                 // A storage that can no longer be trusted fails the next commit and stops the
                 // replica; a failed image write (e.g. disk full) only means no compaction.
                 warn!("write-ahead log compaction not installed, the old records stay: {e:#}");
@@ -521,6 +524,17 @@ impl Driver {
     }
 }
 
+/// Lower the calling thread's scheduling priority (nice +10; Linux applies `setpriority` on a
+/// thread id to that thread only). Best effort: failure leaves the priority as it is.
+fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain syscalls on the calling thread, no memory passed.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
 fn incoming_event(m: Incoming) -> Event {
     Event::Message { from: m.from, sent_at: m.sent_at, msg: m.msg }
 }
@@ -566,6 +580,19 @@ mod tests {
         fn rewrite(&mut self, records: &[Bytes]) -> anyhow::Result<()> {
             self.journal.lock().unwrap().push(format!("rewrite {}", records.len()));
             Ok(())
+        }
+        fn begin_rewrite(
+            &mut self,
+            id: u64,
+            records: Vec<Vec<Bytes>>,
+            on_written: Box<dyn FnOnce() + Send + Sync>,
+        ) -> anyhow::Result<()> {
+            self.journal.lock().unwrap().push(format!("begin rewrite {id} {}", records.len()));
+            on_written();
+            Ok(())
+        }
+        fn finish_rewrite(&mut self) -> anyhow::Result<Option<u64>> {
+            Ok(None)
         }
         fn commit(&mut self) -> anyhow::Result<()> {
             drain(&self.journal, &self.peer_rx, &self.client_rx);

@@ -12,21 +12,20 @@ pub trait Storage: Send + 'static {
     fn append(&mut self, records: &[Bytes]) -> anyhow::Result<()>;
     /// Atomically replace everything persisted so far by `records` (log compaction).
     fn rewrite(&mut self, records: &[Bytes]) -> anyhow::Result<()>;
-    /// [`Storage::rewrite`] in the background (`Action::CompactDurable`): returns at once; the
-    /// image is written elsewhere, `on_written` is called when it is ready to install, and
-    /// [`Storage::finish_rewrite`] installs it. Appends and commits keep working meanwhile.
-    /// Returns whether an earlier background rewrite still pending was installed first.
-    /// Default: a synchronous rewrite (for stores where it is cheap).
-    fn begin_rewrite(&mut self, records: Vec<Bytes>, on_written: Box<dyn FnOnce() + Send>) -> anyhow::Result<bool> {
-        self.rewrite(&records)?;
-        on_written();
-        Ok(false)
-    }
-    /// Install the background rewrite if it is written; whether one was installed. An error
-    /// means it was not (the old records stay).
-    fn finish_rewrite(&mut self) -> anyhow::Result<bool> {
-        Ok(true)
-    }
+    /// [`Storage::rewrite`] in the background (`Action::CompactDurable`; each record is the
+    /// concatenation of its parts): returns at once; the image is written elsewhere,
+    /// `on_written` is called when it is ready to install, and [`Storage::finish_rewrite`]
+    /// installs it and returns `id`. Appends and commits keep working meanwhile. A rewrite
+    /// begun while another runs waits for it (see `synod_wal::Wal::begin_rewrite`).
+    fn begin_rewrite(
+        &mut self,
+        id: u64,
+        records: Vec<Vec<Bytes>>,
+        on_written: Box<dyn FnOnce() + Send + Sync>,
+    ) -> anyhow::Result<()>;
+    /// Install the background rewrite if it is written: the id of the one installed. An
+    /// error means it was not (the old records stay).
+    fn finish_rewrite(&mut self) -> anyhow::Result<Option<u64>>;
     /// Make every appended record durable per the fsync mode. May block on the disk.
     fn commit(&mut self) -> anyhow::Result<()>;
     /// Force everything to stable storage (shutdown).
@@ -61,11 +60,16 @@ impl Storage for WalStorage {
         Ok(())
     }
 
-    fn begin_rewrite(&mut self, records: Vec<Bytes>, on_written: Box<dyn FnOnce() + Send>) -> anyhow::Result<bool> {
-        Ok(self.wal.begin_rewrite(records, on_written)?)
+    fn begin_rewrite(
+        &mut self,
+        id: u64,
+        records: Vec<Vec<Bytes>>,
+        on_written: Box<dyn FnOnce() + Send + Sync>,
+    ) -> anyhow::Result<()> {
+        Ok(self.wal.begin_rewrite(id, records, on_written)?)
     }
 
-    fn finish_rewrite(&mut self) -> anyhow::Result<bool> {
+    fn finish_rewrite(&mut self) -> anyhow::Result<Option<u64>> {
         Ok(self.wal.finish_rewrite(false)?)
     }
 

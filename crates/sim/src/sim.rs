@@ -983,7 +983,8 @@ impl<'a> Sim<'a> {
                     let r = &mut self.replicas[node];
                     r.next_compaction += 1;
                     let id = r.next_compaction;
-                    r.compacting = Some(Compaction { id, token, image: records, tail: Vec::new() });
+                    let image = records.into_iter().map(|parts| Bytes::from(parts.concat())).collect();
+                    r.compacting = Some(Compaction { id, token, image, tail: Vec::new() });
                     let incarnation = r.incarnation;
                     let at = self.now + uniform(&mut self.net.rng, MS, 20 * MS);
                     self.schedule(at, Ev::Compacted { node, incarnation, id });

@@ -151,6 +151,20 @@ pub(crate) fn encode_record(buf: &mut Vec<u8>, payload: &[u8]) {
     buf.extend_from_slice(payload);
 }
 
+/// Append one record given as the parts it is the concatenation of (so a large payload
+/// need not be copied into one buffer first). The caller has checked the size limit.
+pub(crate) fn encode_record_parts(buf: &mut Vec<u8>, parts: &[bytes::Bytes]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    debug_assert!(len <= MAX_RECORD_BYTES);
+    let len_le = (len as u32).to_le_bytes();
+    let crc = parts.iter().fold(crc32c::crc32c(&len_le), |crc, p| crc32c::crc32c_append(crc, p));
+    buf.extend_from_slice(&len_le);
+    buf.extend_from_slice(&crc.to_le_bytes());
+    for p in parts {
+        buf.extend_from_slice(p);
+    }
+}
+
 /// The payload range of the valid record starting at `off`, if there is one: the frame fits
 /// in `data`, the length is sane and the CRC matches.
 pub(crate) fn record_at(data: &[u8], off: usize) -> Option<Range<usize>> {

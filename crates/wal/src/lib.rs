@@ -124,6 +124,8 @@ pub struct Wal {
     records_appended: u64,
     commits: u64,
     rewrites: u64,
+    /// In-memory logs: the background rewrite to report as installed.
+    finished_in_memory: Option<u64>,
 }
 
 impl Wal {
@@ -142,7 +144,7 @@ impl Wal {
     }
 
     fn with_disk(disk: Option<Disk>) -> Wal {
-        Wal { disk, uncommitted: 0, records_appended: 0, commits: 0, rewrites: 0 }
+        Wal { disk, uncommitted: 0, records_appended: 0, commits: 0, rewrites: 0, finished_in_memory: None }
     }
 
     /// Whether this log keeps nothing.
@@ -212,42 +214,51 @@ impl Wal {
     /// [`Wal::rewrite`] without stopping the caller (log compaction with a large image, e.g.
     /// a state-machine snapshot): a background thread frames `records` and writes and fsyncs
     /// the new base segment, then calls `on_written` (e.g. to wake an event loop), and the
-    /// caller installs it with [`Wal::finish_rewrite`]. Meanwhile appends and commits work as
-    /// usual and stay durable in the old segments; the install copies them after the image.
-    /// Until it, a crash recovers the old content with every commit; after it, the image
-    /// followed by every record committed since this call. Uncommitted appends are committed
-    /// first (they precede the image). A background rewrite still in progress is finished
-    /// first, waiting for it; returns whether that one was installed.
+    /// caller installs it with [`Wal::finish_rewrite`], which returns `id`. Meanwhile appends
+    /// and commits work as usual and stay durable in the old segments; the install copies
+    /// them after the image. Until it, a crash recovers the old content with every commit;
+    /// after it, the image followed by every record committed since this call. Uncommitted
+    /// appends are committed first (they precede the image).
+    ///
+    /// Each record is given as the parts it is the concatenation of, so that a large payload
+    /// (a snapshot behind a small header) is never copied by the caller: the thread frames it.
+    ///
+    /// If a background rewrite is running, this one waits and starts when that one has been
+    /// installed (replacing, never installing, one that was already waiting): the caller
+    /// never waits for a disk.
     pub fn begin_rewrite(
         &mut self,
-        records: Vec<Bytes>,
-        on_written: impl FnOnce() + Send + 'static,
-    ) -> Result<bool, WalError> {
-        check_sizes(&records)?;
-        let previous = match &mut self.disk {
-            Some(d) => d.begin_rewrite(records, Box::new(on_written))?,
-            None => {
-                on_written();
-                false
-            }
-        };
-        self.count_commit();
-        if previous {
-            self.rewrites += 1;
+        id: u64,
+        records: Vec<Vec<Bytes>>,
+        on_written: impl FnOnce() + Send + Sync + 'static,
+    ) -> Result<(), WalError> {
+        if let Some(len) =
+            records.iter().map(|r| r.iter().map(|p| p.len()).sum::<usize>()).find(|l| *l > MAX_RECORD_BYTES)
+        {
+            return Err(WalError::RecordTooLarge { len, max: MAX_RECORD_BYTES });
         }
-        Ok(previous)
+        match &mut self.disk {
+            Some(d) => d.begin_rewrite(id, records, Box::new(on_written))?,
+            None => {
+                self.finished_in_memory = Some(id);
+                on_written();
+            }
+        }
+        self.count_commit();
+        Ok(())
     }
 
     /// Install the background rewrite begun by [`Wal::begin_rewrite`] if its image is written
-    /// (with `wait`: wait for it). Returns whether one was installed (an in-memory log
-    /// installs at once). Writing the image may have failed (e.g. disk full): then the error
-    /// is returned, the old content stays and the log remains usable.
-    pub fn finish_rewrite(&mut self, wait: bool) -> Result<bool, WalError> {
+    /// (with `wait`: wait for it), and start the one waiting for it. Returns the installed
+    /// rewrite's id (an in-memory log "installs" at once). Writing the image may have failed
+    /// (e.g. disk full): then the error is returned, the old content stays and the log remains
+    /// usable.
+    pub fn finish_rewrite(&mut self, wait: bool) -> Result<Option<u64>, WalError> {
         let installed = match &mut self.disk {
             Some(d) => d.finish_rewrite(wait)?,
-            None => true,
+            None => self.finished_in_memory.take(),
         };
-        if installed {
+        if installed.is_some() {
             self.rewrites += 1;
         }
         Ok(installed)

@@ -3,7 +3,7 @@
 
 use crate::error::WalError;
 use crate::flusher::Flusher;
-use crate::format::{encode_record, temp_name, SegmentHeader, HEADER_LEN};
+use crate::format::{encode_record, encode_record_parts, temp_name, SegmentHeader, HEADER_LEN};
 use crate::options::{FsyncMode, WalOptions};
 use crate::recover::{recover, segment_path, sync_dir, Recovered};
 use bytes::Bytes;
@@ -39,6 +39,10 @@ pub(crate) struct Disk {
     poisoned: Option<String>,
     /// A rewrite whose image is being written by a background thread.
     rewrite: Option<Rewrite>,
+    /// A rewrite begun while another one was running; it starts when that one is installed.
+    queued: Option<Queued>,
+    /// Removes the segments a background rewrite made obsolete (off the caller's thread).
+    cleanup: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A background rewrite ([`Disk::begin_rewrite`]). Segment `seq` (one after the active one)
@@ -48,11 +52,25 @@ pub(crate) struct Disk {
 /// base into place, so the switch loses nothing and a crash before it recovers the old
 /// segments (every commit included).
 struct Rewrite {
+    /// The caller's name for it, returned by [`Disk::finish_rewrite`].
+    id: u64,
     seq: u64,
     /// Framed records committed since the rewrite began.
     tail: Vec<u8>,
     /// Writes and fsyncs `wal-<seq>.log.tmp` (header + image); returns it open and its size.
     worker: Option<std::thread::JoinHandle<Result<(File, u64), WalError>>>,
+    /// Set by the thread when it is done, just before it calls `on_written` (so a caller woken
+    /// by that callback finds the rewrite ready even if the thread has not quite exited).
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A rewrite waiting for the running one. Its tail starts at its own begin: the records
+/// committed after it must follow its image, wherever the running rewrite puts them.
+struct Queued {
+    id: u64,
+    records: Vec<Vec<Bytes>>,
+    on_written: Box<dyn FnOnce() + Send + Sync>,
+    tail: Vec<u8>,
 }
 
 impl Disk {
@@ -102,6 +120,8 @@ impl Disk {
             flusher,
             poisoned: None,
             rewrite: None,
+            queued: None,
+            cleanup: None,
         };
         Ok((disk, records))
     }
@@ -169,6 +189,9 @@ impl Disk {
         self.size += self.pending.len() as u64;
         if let Some(rw) = &mut self.rewrite {
             rw.tail.extend_from_slice(&self.pending);
+        }
+        if let Some(q) = &mut self.queued {
+            q.tail.extend_from_slice(&self.pending);
         }
         self.pending.clear();
         if self.pending.capacity() > KEEP_BUFFER_BYTES {
@@ -246,69 +269,85 @@ impl Disk {
         // Once this returns, the new base is durable under its final name and is what open()
         // recovers; before that, the old segments are untouched.
         let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::base(count), body)?;
-        self.switch_to_base(seq, file, path, size);
+        self.switch_to_base(seq, file, path, size, false);
         Ok(())
     }
 
     /// Make the (durable, renamed) base segment `seq` the active one and remove the segments
-    /// it made obsolete.
-    fn switch_to_base(&mut self, seq: u64, file: Arc<File>, path: PathBuf, size: u64) {
+    /// it made obsolete, on a thread if `background` (unlinking a large image takes time).
+    fn switch_to_base(&mut self, seq: u64, file: Arc<File>, path: PathBuf, size: u64, background: bool) {
         let obsolete = self.first_seq..=self.seq;
         self.first_seq = seq;
         self.sealed_bytes = 0;
         self.segments = 1;
         self.activate(seq, file, path, size);
-        // A crash before the old segments are gone is harmless (open() removes segments older
-        // than the newest base), so failures here are only logged.
-        for s in obsolete {
-            let p = segment_path(&self.dir, s);
-            if let Err(e) = fs::remove_file(&p) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(path = %p.display(), error = %e, "cannot remove an obsolete write-ahead log segment; open() will retry");
-                }
-            }
+        if let Some(c) = self.cleanup.take() {
+            let _ = c.join();
         }
-        if let Err(e) = sync_dir(&self.dir) {
-            tracing::warn!(error = %e, "cannot sync the directory after removing obsolete segments; open() will finish the cleanup");
+        let dir = self.dir.clone();
+        let remove = move || remove_segments(&dir, obsolete);
+        if background {
+            match std::thread::Builder::new().name("synod-wal-cleanup".into()).spawn(remove) {
+                Ok(h) => self.cleanup = Some(h),
+                Err(e) => tracing::warn!(error = %e, "cannot start a thread to remove obsolete segments; open() will"),
+            }
+        } else {
+            remove();
         }
     }
 }
 
 impl Disk {
-    /// Start replacing the content by `records` without blocking: a thread frames them and
-    /// writes and fsyncs the new base under a temporary name, then calls `on_written`; the
-    /// caller then calls [`Disk::finish_rewrite`]. Uncommitted appends are committed first
-    /// (they precede the image). A rewrite still in progress is finished first (waiting for
-    /// its thread); returns whether that one was installed.
+    /// Start replacing the content by `records` (each the concatenation of its parts) without
+    /// blocking: a thread frames them and writes and fsyncs the new base under a temporary
+    /// name, then calls `on_written`; the caller then calls [`Disk::finish_rewrite`].
+    /// Uncommitted appends are committed first (they precede the image). If a rewrite is
+    /// running, this one waits for it (replacing one that was already waiting, which is then
+    /// never installed) and starts when it is installed.
     pub fn begin_rewrite(
         &mut self,
-        records: Vec<Bytes>,
-        on_written: Box<dyn FnOnce() + Send>,
-    ) -> Result<bool, WalError> {
+        id: u64,
+        records: Vec<Vec<Bytes>>,
+        on_written: Box<dyn FnOnce() + Send + Sync>,
+    ) -> Result<(), WalError> {
         self.check_usable()?;
-        let previous = match self.rewrite.is_some() {
-            true => self.finish_rewrite(true)?,
-            false => false,
-        };
         self.commit()?;
+        if self.rewrite.is_some() {
+            self.queued = Some(Queued { id, records, on_written, tail: Vec::new() });
+            return Ok(());
+        }
+        self.start_rewrite(id, records, on_written, Vec::new())
+    }
+
+    fn start_rewrite(
+        &mut self,
+        id: u64,
+        records: Vec<Vec<Bytes>>,
+        on_written: Box<dyn FnOnce() + Send + Sync>,
+        tail: Vec<u8>,
+    ) -> Result<(), WalError> {
         let seq = self.seq + 1;
         let dir = self.dir.clone();
         let count = records.len() as u64;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let finished = done.clone();
         let worker = std::thread::Builder::new()
             .name("synod-wal-rewrite".into())
             .spawn(move || {
-                let mut body = Vec::with_capacity(records.iter().map(|r| r.len() + 8).sum());
+                let len = |r: &Vec<Bytes>| r.iter().map(|p| p.len()).sum::<usize>() + 8;
+                let mut body = Vec::with_capacity(records.iter().map(len).sum());
                 for r in &records {
-                    encode_record(&mut body, r);
+                    encode_record_parts(&mut body, r);
                 }
                 drop(records);
                 let written = write_temp_segment(&dir, seq, SegmentHeader::base(count), &body);
+                finished.store(true, Ordering::Release);
                 on_written();
                 written
             })
             .map_err(WalError::io("start the rewrite thread for", &self.dir))?;
-        self.rewrite = Some(Rewrite { seq, tail: Vec::new(), worker: Some(worker) });
-        Ok(previous)
+        self.rewrite = Some(Rewrite { id, seq, tail, worker: Some(worker), done });
+        Ok(())
     }
 
     /// Whether a background rewrite is running or waiting for [`Disk::finish_rewrite`].
@@ -318,13 +357,31 @@ impl Disk {
 
     /// Install the background rewrite if its image is written (with `wait`, wait for it):
     /// append the records committed meanwhile, fsync, rename the base into place and drop the
-    /// old segments. Returns whether a rewrite was installed. If writing the image failed, the
-    /// old content stays (nothing is lost) and the error is returned; the log stays usable.
-    pub fn finish_rewrite(&mut self, wait: bool) -> Result<bool, WalError> {
+    /// old segments; then start the rewrite waiting for it, if any. Returns the id of the
+    /// rewrite installed. If writing the image failed, the old content stays (nothing is lost)
+    /// and the error is returned; the log stays usable.
+    pub fn finish_rewrite(&mut self, wait: bool) -> Result<Option<u64>, WalError> {
         self.check_usable()?;
-        let Some(rw) = self.rewrite.as_mut() else { return Ok(false) };
-        let Some(worker) = rw.worker.take_if(|w| wait || w.is_finished()) else { return Ok(false) };
+        let Some(rw) = self.rewrite.as_mut() else { return Ok(None) };
+        let ready = wait || rw.done.load(Ordering::Acquire);
+        let Some(worker) = rw.worker.take_if(|_| ready) else { return Ok(None) };
         let mut rw = self.rewrite.take().expect("checked above");
+        let installed = self.install(&mut rw, worker);
+        // Whatever became of that one, a waiting rewrite starts now (its tail holds every
+        // record committed since it was begun, so it loses nothing either way).
+        if let Some(q) = self.queued.take() {
+            if self.poisoned.is_none() {
+                self.start_rewrite(q.id, q.records, q.on_written, q.tail)?;
+            }
+        }
+        installed.map(|()| Some(rw.id))
+    }
+
+    fn install(
+        &mut self,
+        rw: &mut Rewrite,
+        worker: std::thread::JoinHandle<Result<(File, u64), WalError>>,
+    ) -> Result<(), WalError> {
         let tmp = self.dir.join(temp_name(rw.seq));
         let written = worker.join().unwrap_or_else(|_| {
             Err(WalError::io("write (the rewrite thread panicked)", &tmp)(std::io::Error::other("panic")))
@@ -348,13 +405,14 @@ impl Disk {
         let r = sync_dir(&self.dir);
         self.poison_on_err(r)?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.switch_to_base(rw.seq, Arc::new(file), path, size + tail.len() as u64);
-        Ok(true)
+        self.switch_to_base(rw.seq, Arc::new(file), path, size + tail.len() as u64, true);
+        Ok(())
     }
 
     /// Forget a background rewrite (its thread is waited for and its file removed): the old
     /// segments stay the content.
     fn abandon_rewrite(&mut self) {
+        self.queued = None;
         if let Some(mut rw) = self.rewrite.take() {
             if let Some(w) = rw.worker.take() {
                 let _ = w.join();
@@ -366,8 +424,27 @@ impl Disk {
 
 impl Drop for Disk {
     fn drop(&mut self) {
-        // The thread must not write the temporary file after a reopen removed it.
+        // The threads must not touch the directory after a reopen.
         self.abandon_rewrite();
+        if let Some(c) = self.cleanup.take() {
+            let _ = c.join();
+        }
+    }
+}
+
+/// Remove obsolete segments. A crash before they are gone is harmless (open() removes segments
+/// older than the newest base), so failures here are only logged.
+fn remove_segments(dir: &Path, obsolete: std::ops::RangeInclusive<u64>) {
+    for s in obsolete {
+        let p = segment_path(dir, s);
+        if let Err(e) = fs::remove_file(&p) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %p.display(), error = %e, "cannot remove an obsolete write-ahead log segment; open() will retry");
+            }
+        }
+    }
+    if let Err(e) = sync_dir(dir) {
+        tracing::warn!(error = %e, "cannot sync the directory after removing obsolete segments; open() will finish the cleanup");
     }
 }
 

@@ -558,12 +558,19 @@ fn io_errors_name_the_path() {
 // ---------------------------------------------------------------------------------------
 // Background rewrite (begin_rewrite / finish_rewrite)
 
-/// Begin a background rewrite and wait until its image is written (the callback ran).
-fn begin_and_wait_written(wal: &mut Wal, image: Vec<Bytes>) -> bool {
+fn image(records: Vec<Bytes>) -> Vec<Vec<Bytes>> {
+    records.into_iter().map(|r| vec![r]).collect()
+}
+
+/// Begin background rewrite `id` and return a receiver that fires when its image is written.
+fn begin(wal: &mut Wal, id: u64, records: Vec<Bytes>) -> std::sync::mpsc::Receiver<()> {
     let (tx, rx) = std::sync::mpsc::channel();
-    let previous = wal.begin_rewrite(image, move || tx.send(()).unwrap()).unwrap();
+    wal.begin_rewrite(id, image(records), move || tx.send(()).unwrap()).unwrap();
+    rx
+}
+
+fn written(rx: &std::sync::mpsc::Receiver<()>) {
     rx.recv_timeout(Duration::from_secs(30)).expect("the rewrite thread reports");
-    previous
 }
 
 #[test]
@@ -575,23 +582,23 @@ fn background_rewrite_keeps_the_commits_made_while_it_ran() {
         wal.commit().unwrap();
         // Appended, not committed: begin_rewrite commits it before the image.
         wal.append(&recs(20..22)).unwrap();
-        assert!(!begin_and_wait_written(&mut wal, recs(100..103)));
+        written(&begin(&mut wal, 7, recs(100..103)));
         assert!(wal.rewrite_in_progress());
         // Commits while the image is pending go to the old segments...
         wal.append(&recs(22..25)).unwrap();
         wal.commit().unwrap();
         assert_eq!(reopen_copy(dir.path()), recs(0..25), "{mode:?}: before the install the old content is durable");
         // ...and follow the image after the install.
-        assert!(wal.finish_rewrite(false).unwrap());
+        assert_eq!(wal.finish_rewrite(false).unwrap(), Some(7));
         assert!(!wal.rewrite_in_progress());
-        assert!(!wal.finish_rewrite(false).unwrap(), "nothing left to install");
+        assert_eq!(wal.finish_rewrite(false).unwrap(), None, "nothing left to install");
         wal.append(&recs(25..27)).unwrap();
         wal.commit().unwrap();
         let want: Vec<Bytes> = recs(100..103).into_iter().chain(recs(22..27)).collect();
         assert_eq!(reopen_copy(dir.path()), want, "{mode:?}");
-        assert_eq!(segments(dir.path()).len(), 1, "{mode:?}: old segments removed");
         assert_eq!(wal.stats().rewrites, 1);
         drop(wal);
+        assert_eq!(segments(dir.path()).len(), 1, "{mode:?}: old segments removed");
         let (_, got) = reopen(dir.path());
         assert_eq!(got, want, "{mode:?}");
     }
@@ -603,7 +610,7 @@ fn background_rewrite_not_installed_before_a_crash_recovers_the_old_content() {
     let (mut wal, _) = Wal::open(dir.path(), opts(FsyncMode::Always)).unwrap();
     wal.append(&recs(0..10)).unwrap();
     wal.commit().unwrap();
-    begin_and_wait_written(&mut wal, recs(50..52));
+    written(&begin(&mut wal, 1, recs(50..52)));
     wal.append(&recs(10..12)).unwrap();
     wal.commit().unwrap();
     // The process dies before the install: the temporary base is never renamed.
@@ -621,7 +628,7 @@ fn background_rewrite_not_installed_before_a_crash_recovers_the_old_content() {
 }
 
 #[test]
-fn background_rewrite_suspends_rotation_and_chains() {
+fn background_rewrite_suspends_rotation_and_queues_the_next_one() {
     let dir = TempDir::new().unwrap();
     let small = WalOptions { segment_bytes: 256, ..opts(FsyncMode::Never) };
     let (mut wal, _) = Wal::open(dir.path(), small.clone()).unwrap();
@@ -631,19 +638,30 @@ fn background_rewrite_suspends_rotation_and_chains() {
     }
     let before = segments(dir.path()).len();
     assert!(before > 2);
-    let first = vec![Bytes::from(vec![7u8; 1 << 20])];
-    begin_and_wait_written(&mut wal, first);
+    let first = begin(&mut wal, 1, vec![Bytes::from(vec![7u8; 1 << 20])]);
     for i in 10..20 {
         wal.append(&recs(i * 10..i * 10 + 10)).unwrap();
         wal.commit().unwrap();
     }
     assert_eq!(segments(dir.path()).len(), before, "no rotation while the base's number is reserved");
-    // A second rewrite before the first was installed installs the first, then starts.
-    assert!(begin_and_wait_written(&mut wal, recs(500..501)));
+    // Two more begin while the first runs: the second waits and is replaced by the third,
+    // which starts once the first is installed; nobody blocks.
+    let second = begin(&mut wal, 2, recs(400..401));
     wal.append(&recs(200..201)).unwrap();
     wal.commit().unwrap();
-    assert!(wal.finish_rewrite(true).unwrap());
-    let want: Vec<Bytes> = recs(500..501).into_iter().chain(recs(200..201)).collect();
+    let third = begin(&mut wal, 3, recs(500..501));
+    wal.append(&recs(201..202)).unwrap();
+    wal.commit().unwrap();
+    written(&first);
+    assert_eq!(wal.finish_rewrite(false).unwrap(), Some(1));
+    assert!(wal.rewrite_in_progress(), "the waiting rewrite started");
+    wal.append(&recs(202..203)).unwrap();
+    wal.commit().unwrap();
+    written(&third);
+    assert!(second.recv_timeout(Duration::from_millis(100)).is_err(), "the replaced rewrite never ran");
+    assert_eq!(wal.finish_rewrite(false).unwrap(), Some(3));
+    // The third image, then everything committed since it was begun.
+    let want: Vec<Bytes> = recs(500..501).into_iter().chain(recs(201..203)).collect();
     assert_eq!(reopen_copy(dir.path()), want);
     // Rotation resumes afterwards.
     for i in 30..40 {
@@ -653,7 +671,7 @@ fn background_rewrite_suspends_rotation_and_chains() {
     assert!(segments(dir.path()).len() > 1);
     drop(wal);
     let (_, got) = Wal::open(dir.path(), small).unwrap();
-    assert_eq!(got.len(), 2 + 100);
+    assert_eq!(got.len(), 3 + 100);
 }
 
 #[test]
@@ -662,10 +680,10 @@ fn synchronous_rewrite_supersedes_a_background_one() {
     let (mut wal, _) = Wal::open(dir.path(), opts(FsyncMode::Never)).unwrap();
     wal.append(&recs(0..5)).unwrap();
     wal.commit().unwrap();
-    begin_and_wait_written(&mut wal, recs(50..52));
+    written(&begin(&mut wal, 1, recs(50..52)));
     wal.rewrite(&recs(60..61)).unwrap();
     assert!(!wal.rewrite_in_progress());
-    assert!(!wal.finish_rewrite(true).unwrap());
+    assert_eq!(wal.finish_rewrite(true).unwrap(), None);
     drop(wal);
     assert_eq!(reopen(dir.path()).1, recs(60..61));
 }
@@ -673,9 +691,25 @@ fn synchronous_rewrite_supersedes_a_background_one() {
 #[test]
 fn in_memory_background_rewrite_completes_at_once() {
     let mut wal = Wal::in_memory();
-    let called = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let c = called.clone();
-    wal.begin_rewrite(recs(0..2), move || c.store(true, std::sync::atomic::Ordering::SeqCst)).unwrap();
-    assert!(called.load(std::sync::atomic::Ordering::SeqCst));
-    assert!(wal.finish_rewrite(false).unwrap());
+    written(&begin(&mut wal, 4, recs(0..2)));
+    assert_eq!(wal.finish_rewrite(false).unwrap(), Some(4));
+    assert_eq!(wal.finish_rewrite(false).unwrap(), None);
+}
+
+#[test]
+fn background_rewrite_concatenates_record_parts() {
+    let dir = TempDir::new().unwrap();
+    let (mut wal, _) = Wal::open(dir.path(), opts(FsyncMode::Never)).unwrap();
+    let big = Bytes::from(vec![9u8; 100_000]);
+    let parts =
+        vec![vec![Bytes::from_static(b"head:"), big.clone(), Bytes::new(), Bytes::from_static(b":tail")], vec![]];
+    let (tx, rx) = std::sync::mpsc::channel();
+    wal.begin_rewrite(1, parts, move || tx.send(()).unwrap()).unwrap();
+    written(&rx);
+    assert_eq!(wal.finish_rewrite(true).unwrap(), Some(1));
+    drop(wal);
+    let mut want = b"head:".to_vec();
+    want.extend_from_slice(&big);
+    want.extend_from_slice(b":tail");
+    assert_eq!(reopen(dir.path()).1, vec![Bytes::from(want), Bytes::new()]);
 }

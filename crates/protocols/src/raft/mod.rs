@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
-use synod_core::protocol::{decode, encode};
+use synod_core::protocol::{decode, encode, encode_with_payload};
 use synod_core::quorum::{majority, QuorumTracker};
 use synod_core::snapshot::{chunk, ChunkAssembler, Snapshot, SnapshotPolicy};
 use synod_core::{
@@ -45,6 +45,8 @@ use synod_core::{
 
 const TIMER_ELECTION: TimerId = 1;
 const TIMER_HEARTBEAT: TimerId = 2;
+/// Log entries freed per event while trimming behind a snapshot.
+const TRIM_STEP: u64 = 256;
 /// Most bytes of commands in one entry.
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
@@ -120,6 +122,9 @@ pub struct Raft {
 
     // Snapshots.
     snapshot_pending: Option<(u64, u64, u64)>, // (token, index, term)
+    /// Entries below this index are dropped, [`TRIM_STEP`] per event (freeing ten thousand
+    /// entries at once would stop the replica for milliseconds).
+    trim_to: u64,
     next_token: u64,
     incoming: ChunkAssembler,
 }
@@ -157,6 +162,7 @@ impl Raft {
             queue: Batcher::new(),
             waiting: BTreeMap::new(),
             snapshot_pending: None,
+            trim_to: 0,
             next_token: 1,
             incoming: ChunkAssembler::default(),
         })
@@ -692,7 +698,7 @@ impl Raft {
             return;
         }
         self.snapshot = Some(Snapshot { index, term, data });
-        self.log.trim_before(self.policy.trim_point(index));
+        self.trim_to = self.trim_to.max(self.policy.trim_point(index));
         // In the background: the image holds only what is durable already plus a snapshot of
         // executed (so committed) entries, which a crash may lose without harm.
         self.rewrite_durable(ctx, true);
@@ -713,11 +719,22 @@ impl Raft {
         }
         records.push(Record::Commit(self.commit));
         self.persisted_commit = self.commit;
-        let records = records.iter().map(encode).collect();
-        ctx.push(match background {
-            true => Action::CompactDurable { token: 0, records },
-            false => Action::RewriteDurable { token: 0, records },
-        });
+        if !background {
+            ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
+            return;
+        }
+        // The snapshot's bytes go to the driver as they are, behind their encoded header.
+        let records = records
+            .iter()
+            .map(|r| match r {
+                Record::Snapshot { index, term, data } => encode_with_payload(
+                    &Record::Snapshot { index: *index, term: *term, data: Bytes::new() },
+                    data.clone(),
+                ),
+                r => vec![encode(r)],
+            })
+            .collect();
+        ctx.push(Action::CompactDurable { token: 0, records });
     }
 
     fn send_snapshot_chunk(&mut self, ctx: &mut Ctx<'_>, to: NodeId) {
@@ -904,6 +921,9 @@ impl Protocol for Raft {
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Timer(_) | Event::Persisted { .. } => {}
+        }
+        if self.log.first_index() < self.trim_to {
+            self.log.trim_before(self.trim_to.min(self.log.first_index() + TRIM_STEP));
         }
         if self.role == Role::Follower && self.commit > self.persisted_commit + self.params.catchup_chunk as u64 {
             self.persist_commit_marker(ctx);
