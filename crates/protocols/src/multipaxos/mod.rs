@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
-use synod_core::protocol::{decode, encode};
+use synod_core::protocol::{decode, encode, encode_with_payload};
 use synod_core::quorum::{majority, QuorumTracker};
 use synod_core::snapshot::{chunk, ChunkAssembler, SnapshotPolicy};
 use synod_core::{
@@ -1205,17 +1205,20 @@ impl MultiPaxos {
             if self.trim == TrimMode::Snapshot {
                 self.log.trim_before(self.policy.trim_point(index));
             }
-            self.rewrite_durable(ctx);
+            // In the background: the image is what is durable already plus a snapshot of
+            // executed slots, which a crash may lose without harm.
+            self.rewrite_durable(ctx, true);
         }
     }
 
     /// Replace the durable records by: promise, snapshot, every held slot after it, commit
-    /// marker. Atomic in both drivers.
-    fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>) {
+    /// marker. Atomic in both drivers; in the background (`CompactDurable`) for our own
+    /// snapshots, synchronously for an installed one.
+    fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>, background: bool) {
         let Some(s) = &self.snapshot else { return };
         let mut records = vec![
             Record::Promise(self.promised),
-            Record::Snapshot { index: s.index, data: s.data.to_vec() },
+            Record::Snapshot { index: s.index, data: s.data.clone() },
             Record::Members(s.members.clone()),
         ];
         for (slot, e) in self.log.range(s.index + 1, self.log.last_index()) {
@@ -1228,7 +1231,21 @@ impl MultiPaxos {
         records.push(Record::CommitUpto(c));
         self.persisted_commit = c;
         self.durable_base = s.index;
-        ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
+        if !background {
+            ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
+            return;
+        }
+        // The snapshot's bytes go to the driver as they are, behind their encoded header.
+        let records = records
+            .iter()
+            .map(|r| match r {
+                Record::Snapshot { index, data } => {
+                    encode_with_payload(&Record::Snapshot { index: *index, data: Bytes::new() }, data.clone())
+                }
+                r => vec![encode(r)],
+            })
+            .collect();
+        ctx.push(Action::CompactDurable { token: 0, records });
     }
 
     /// §3.3: fetch an on-demand snapshot, preferably from a peer that is not the leader.
@@ -1344,7 +1361,7 @@ impl MultiPaxos {
         self.snapshot = Some(LocalSnapshot { index, data, members });
         self.snapshots_installed += 1;
         self.leader_commit = self.leader_commit.max(index);
-        self.rewrite_durable(ctx);
+        self.rewrite_durable(ctx, false);
         self.execute(ctx);
         if let Some(l) = self.leader.filter(|l| *l != self.id) {
             self.request_catchup(ctx, l);
@@ -1375,7 +1392,6 @@ impl Protocol for MultiPaxos {
                     }
                 }
                 Ok(Record::Snapshot { index, data }) => {
-                    let data = Bytes::from(data);
                     ctx.push(Action::InstallSnapshot { data: data.clone() });
                     self.log.skip_to(index + 1);
                     let members = self.member_infos();

@@ -1,6 +1,7 @@
 //! MultiPaxos messages and durable records (plus the HoliPaxos layers' additions, which
 //! plain MultiPaxos never sends).
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use synod_core::{Ballot, Command, MemberInfo, NodeId};
 
@@ -110,8 +111,8 @@ pub enum Record {
     /// Every slot up to `upto` is chosen and the local copy is the chosen value.
     CommitUpto(u64),
     /// A state machine snapshot covering every slot up to `index` (the start of a
-    /// compacted durable image).
-    Snapshot { index: u64, data: Vec<u8> },
+    /// compacted durable image). `Bytes` encodes exactly like the `Vec<u8>` it replaced.
+    Snapshot { index: u64, data: Bytes },
     /// The configuration in effect after the preceding `Snapshot` (written right after it):
     /// membership entries the snapshot covers are no longer in the durable log.
     Members(Vec<MemberInfo>),
