@@ -230,7 +230,7 @@ impl Variant {
         let setup = synod_protocols::registry::Setup { id: 1, members: (1..=replicas.max(1)).collect(), params };
         (info.build)(&setup).map_err(bad)?;
         let label = match label {
-            Some(l) if l.is_empty() => return Err(bad("empty label before `:`".into())),
+            Some("") => return Err(bad("empty label before `:`".into())),
             Some(l) if !l.chars().all(|c| c.is_ascii_alphanumeric() || "-_.+ ".contains(c)) => {
                 return Err(bad(format!("label `{l}` must be letters, digits, spaces, `-`, `_`, `.` or `+`")))
             }
@@ -1541,8 +1541,9 @@ async fn measure(
         all.errors,
         if result.interrupted { " (interrupted)" } else { "" }
     );
-    if v.params != ProtocolParams::default() {
-        let _ = writeln!(summary, "  protocol {} with params {}", v.protocol, serde_json::to_string(&v.params)?);
+    let changed = params_changed(&v.params);
+    if !changed.is_empty() {
+        let _ = writeln!(summary, "  protocol {} with {}", v.protocol, changed.join(", "));
     }
     if let Some(m) = calibrated {
         let _ = writeln!(
@@ -1585,7 +1586,27 @@ async fn measure(
             s.sample
         );
     }
-    let marked: Vec<Event> = events.iter().filter(|e| e.marker).cloned().collect();
+    // Rate steps are not faults: what was served at each offered rate, instead of a dip.
+    let is_rate = |e: &Event| e.action.starts_with("rate ");
+    let mut steps: Vec<(f64, String)> = vec![(0.0, "start".to_string())];
+    steps.extend(events.iter().filter(|e| is_rate(e)).map(|e| (e.t_s, e.action.clone())));
+    if steps.len() > 1 {
+        for (i, (t, what)) in steps.iter().enumerate() {
+            let next = steps.get(i + 1).map_or(f64::INFINITY, |n| n.0);
+            let span: Vec<&TimelineRow> = rows.iter().filter(|r| r.t_s + 1e-9 >= *t && r.t_s < next).collect();
+            let served = span.iter().filter_map(|r| r.classes.last()).map(|c| c.throughput).sum::<f64>()
+                / span.len().max(1) as f64;
+            let p99 = span.iter().filter_map(|r| r.classes.last()).map(|c| c.p99_ms).fold(0.0, f64::max);
+            let _ = writeln!(
+                summary,
+                "  t={t:.1} s {what}: offered {}, served {served:.0} ops/s (mean of {} intervals), worst interval p99 \
+                 {p99:.1} ms",
+                offered(&rate_log, *t, next.min(end)).map_or("-".into(), |o| format!("{o:.0} ops/s")),
+                span.len()
+            );
+        }
+    }
+    let marked: Vec<Event> = events.iter().filter(|e| e.marker && !is_rate(e)).cloned().collect();
     summary.push_str(&analyze(&rows, &marked));
     let failed: Vec<&Event> = events.iter().filter(|e| !e.ok && !e.marker).collect();
     for e in failed {
@@ -1594,6 +1615,22 @@ async fn measure(
     let _ = writeln!(summary, "files: {}", dir.display());
     std::fs::write(dir.join("summary.txt"), &summary)?;
     Ok(RunOutcome { label: label.to_string(), windows, summary })
+}
+
+/// The parameters that differ from the defaults, as `key=value` (options as `trim=quorum`).
+pub fn params_changed(p: &ProtocolParams) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(mine)), Ok(serde_json::Value::Object(default))) =
+        (serde_json::to_value(p), serde_json::to_value(ProtocolParams::default()))
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = mine
+        .iter()
+        .filter(|(k, v)| *k != "options" && default.get(*k) != Some(v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    out.extend(p.options.iter().map(|(k, v)| format!("{k}={v}")));
+    out
 }
 
 /// Time-weighted mean of the offered rate over [start, end), from `(since, rate)` changes.
@@ -1683,7 +1720,7 @@ fn plot_run(
 /// normalized), from [`synod_bench::stats::Recorder::windows`].
 pub fn windows(rows: &[TimelineRow]) -> Vec<(f64, f64, f64)> {
     let mut out: Vec<(f64, f64, f64)> =
-        rows.iter().enumerate().map(|(_, r)| (r.t_s, r.classes.last().map_or(0.0, |c| c.throughput), 0.0)).collect();
+        rows.iter().map(|r| (r.t_s, r.classes.last().map_or(0.0, |c| c.throughput), 0.0)).collect();
     let best = out.iter().map(|w| w.1).fold(0.0, f64::max);
     for w in &mut out {
         w.2 = if best > 0.0 { w.1 / best } else { 0.0 };
@@ -1909,6 +1946,8 @@ mod tests {
         assert!(e.contains("share the output folder"), "{e}");
         let e = with(r#"["bad/label:raft"]"#);
         assert!(e.contains("label `bad/label`"), "{e}");
+        let e = with(r#"[":raft"]"#);
+        assert!(e.contains("empty label"), "{e}");
     }
 
     fn with_steps(load: &str, steps: &[(&str, &str)]) -> String {
@@ -2049,6 +2088,11 @@ mod tests {
             sample(1.0, 1, false),
         ];
         assert_eq!(leader_changes(&samples), [(0.0, 1), (1.0, 2)]);
+        let mut p = ProtocolParams::default();
+        assert!(params_changed(&p).is_empty());
+        p.set("snapshot_every=0").unwrap();
+        p.set("trim=quorum").unwrap();
+        assert_eq!(params_changed(&p), ["snapshot_every=0", "trim=quorum"]);
     }
 
     fn row(t: f64, ok: u64) -> TimelineRow {

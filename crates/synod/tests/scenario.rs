@@ -76,6 +76,26 @@ fn smoke_scenario_kills_and_restarts_the_leader() {
     assert!(tail > 0, "no completed operation in the last second: the cluster did not recover");
     let summary = std::fs::read_to_string(out.path().join("summary.txt")).unwrap();
     assert!(summary.contains("kill leader") && summary.contains("baseline"), "{summary}");
+
+    // Memory sampled every 0.5 s from every replica (the killed one while it ran), with the
+    // log length from /metrics; per-window latency and memory; the extra plots.
+    let memory = std::fs::read_to_string(out.path().join("memory.csv")).unwrap();
+    let mut lines = memory.lines();
+    assert!(lines.next().unwrap().starts_with("t_s,node,pid,rss_mb,log_entries"), "{memory}");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    for node in ["1", "2", "3"] {
+        let mine: Vec<&Vec<&str>> = rows.iter().filter(|r| r[1] == node).collect();
+        assert!(mine.len() >= 4, "node {node}: {} samples in 8 s\n{memory}", mine.len());
+        assert!(mine.iter().all(|r| r[3].parse::<f64>().unwrap() > 1.0), "RSS below 1 MB?\n{memory}");
+        assert!(mine.iter().any(|r| !r[4].is_empty()), "node {node} never answered /metrics\n{memory}");
+    }
+    let windows = std::fs::read_to_string(out.path().join("windows.csv")).unwrap();
+    assert!(windows.starts_with("window_start_s,window_end_s,throughput_ops_s,normalized,p50_ms,p99_ms"), "{windows}");
+    assert!(windows.lines().nth(1).unwrap().split(',').nth(7).unwrap().parse::<f64>().unwrap() > 1.0, "{windows}");
+    for f in ["latency.png", "memory.png", "windows.png"] {
+        let png = std::fs::read(out.path().join(f)).unwrap();
+        assert_eq!(&png[1..4], b"PNG", "{f}");
+    }
 }
 
 /// Start `synod local` on free ports; returns the child and the cluster file.
