@@ -1226,16 +1226,20 @@ fn detector_counters(st: &[(NodeId, serde_json::Value)]) -> Option<(u64, u64)> {
     Some((markers.into_iter().max().unwrap_or(0), elections))
 }
 
-/// Leader changes seen by the sampler: (time, new leader) whenever the single replica that
-/// reports the leader role changes.
-pub fn leader_changes(samples: &[ResourceSample]) -> Vec<(f64, NodeId)> {
-    let mut by_time: Vec<(f64, NodeId)> =
-        samples.iter().filter(|s| s.leader == Some(true)).map(|s| (s.t_s, s.node)).collect();
-    by_time.sort_by(|a, b| a.0.total_cmp(&b.0));
+/// Leader changes seen by the sampler: (time, new leader) whenever the leader changes,
+/// where a sampling tick (`every`) counts only if exactly one replica reports the leader role
+/// in it (while an old leader has not yet noticed it was replaced, two claim it: ambiguous).
+pub fn leader_changes(samples: &[ResourceSample], every: Duration) -> Vec<(f64, NodeId)> {
+    let every = every.as_secs_f64().max(1e-3);
+    let mut ticks: std::collections::BTreeMap<i64, Vec<(f64, NodeId)>> = Default::default();
+    for s in samples.iter().filter(|s| s.leader == Some(true)) {
+        ticks.entry((s.t_s / every).round() as i64).or_default().push((s.t_s, s.node));
+    }
     let mut out: Vec<(f64, NodeId)> = Vec::new();
-    for (t, n) in by_time {
-        if out.last().is_none_or(|l| l.1 != n) {
-            out.push((t, n));
+    for claims in ticks.values() {
+        let [(t, n)] = claims.as_slice() else { continue };
+        if out.last().is_none_or(|l| l.1 != *n) {
+            out.push((*t, *n));
         }
     }
     out
@@ -1559,13 +1563,12 @@ async fn measure(
     if result.summary.dropped > 0 {
         let _ = writeln!(summary, "  {} arrivals dropped (over max_outstanding)", result.summary.dropped);
     }
-    let changes = leader_changes(&samples);
+    let changes = leader_changes(&samples, s.sample);
     if !changes.is_empty() {
-        let _ = writeln!(
-            summary,
-            "  leader: {}",
-            changes.iter().map(|(t, n)| format!("n{n} from {t:.1} s")).collect::<Vec<_>>().join(", ")
-        );
+        let shown: Vec<String> = changes.iter().take(12).map(|(t, n)| format!("n{n} from {t:.1} s")).collect();
+        let more =
+            if changes.len() > 12 { format!(", ... ({} changes in all)", changes.len() - 1) } else { String::new() };
+        let _ = writeln!(summary, "  leader: {}{more}", shown.join(", "));
     }
     if let (Some((m0, e0)), Some((m1, e1))) = (detector_counters(&before), detector_counters(&after)) {
         let _ = writeln!(
@@ -2082,12 +2085,16 @@ mod tests {
         };
         let samples = [
             sample(0.0, 1, true),
-            sample(0.0, 2, false),
+            sample(0.01, 2, false),
             sample(0.5, 1, true),
+            // Both claim it at 1.0 s (the old leader has not noticed yet): not counted.
             sample(1.0, 2, true),
-            sample(1.0, 1, false),
+            sample(1.01, 1, true),
+            sample(1.5, 2, true),
+            sample(1.51, 1, false),
+            sample(2.0, 2, true),
         ];
-        assert_eq!(leader_changes(&samples), [(0.0, 1), (1.0, 2)]);
+        assert_eq!(leader_changes(&samples, Duration::from_millis(500)), [(0.0, 1), (1.5, 2)]);
         let mut p = ProtocolParams::default();
         assert!(params_changed(&p).is_empty());
         p.set("snapshot_every=0").unwrap();
