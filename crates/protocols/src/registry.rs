@@ -31,7 +31,7 @@ impl std::fmt::Debug for ProtocolInfo {
 static REGISTRY: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "multipaxos",
-        description: "MultiPaxos with a stable leader, phase-2 pipelining, adaptive batching, catch-up",
+        description: "MultiPaxos with a stable leader, phase-2 pipelining, adaptive batching, catch-up, periodic snapshots (snapshot_every)",
         leader_based: true,
         build: crate::multipaxos::build,
     },

@@ -239,7 +239,9 @@ impl MultiPaxos {
             election: None,
             catchup_pending_until: Time::ZERO,
             waiting: BTreeMap::new(),
-            trim: holi.map_or(TrimMode::None, |h| h.trim),
+            // Plain MultiPaxos compacts like Raft: periodic snapshots (`snapshot_every`, 0 = never)
+            // with `snapshot_keep` entries kept for catch-up; HoliPaxos picks its mode.
+            trim: holi.map_or(TrimMode::Snapshot, |h| h.trim),
             compact_every: holi.map_or(0, |h| h.compact_every),
             policy: SnapshotPolicy::from_params(&setup.params),
             gle: 0,
