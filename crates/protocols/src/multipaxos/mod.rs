@@ -537,6 +537,14 @@ impl MultiPaxos {
                 continue;
             }
             let value = match found.remove(&slot) {
+                // An acceptor knows this value is chosen: learn it, no phase 2. A leader that
+                // was cut off for a while (its higher ballot wins when it comes back) would
+                // otherwise re-propose every slot it missed at once.
+                Some((_, v, true)) if !matches!(v, Value::Config(_)) => {
+                    self.log.set(slot, Entry { ballot: Ballot::ZERO, value: v.clone() }, SlotState::Committed);
+                    records.push(Record::Chosen { slot, value: v });
+                    continue;
+                }
                 Some((_, v, _)) => v,
                 None => Value::noop(),
             };
@@ -772,7 +780,13 @@ impl MultiPaxos {
         let commit_upto = self.log.committed_prefix();
         let ballot = self.promised;
         let mut resend = Vec::new();
+        // The oldest first and a bounded number per tick: re-sending thousands of slots at
+        // once overflows the peer queues, whose drops then make every tick re-send them all.
+        let most = self.params.pipeline_window.max(64);
         for (slot, f) in self.in_flight.iter_mut() {
+            if resend.len() >= most {
+                break;
+            }
             if ctx.now.since(f.sent_at) >= resend_after {
                 f.sent_at = ctx.now;
                 let missing: Vec<NodeId> =
