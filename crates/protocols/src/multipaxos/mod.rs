@@ -522,6 +522,7 @@ impl MultiPaxos {
         let mut found = election.found;
         let mut records = Vec::new();
         let mut proposals = Vec::new();
+        let mut learned = false;
         // Phase 1 ran with a quorum of the configuration in effect after our committed
         // prefix, which governs the slots up to the first membership entry found; slots
         // after it are governed by the entry's configuration. So propose nothing after the
@@ -543,6 +544,7 @@ impl MultiPaxos {
                 Some((_, v, true)) if !matches!(v, Value::Config(_)) => {
                     self.log.set(slot, Entry { ballot: Ballot::ZERO, value: v.clone() }, SlotState::Committed);
                     records.push(Record::Chosen { slot, value: v });
+                    learned = true;
                     continue;
                 }
                 Some((_, v, _)) => v,
@@ -581,6 +583,11 @@ impl MultiPaxos {
         self.send_heartbeat(ctx);
         self.propose_queued(ctx);
         self.commit_ready(ctx);
+        if learned {
+            // Slots learned as chosen are executed now, not only when a later proposal
+            // commits (with no new client request there would be none).
+            self.execute(ctx);
+        }
     }
 
     /// Leave the leader/candidate role, answering queued clients with a redirect.
