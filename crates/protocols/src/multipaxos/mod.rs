@@ -126,6 +126,11 @@ pub struct MultiPaxos {
     promised: Ballot,
     /// Highest ballot seen anywhere (so a new election outbids it); not a promise.
     max_seen: Ballot,
+    /// The highest ballot this node led with (durable: `Record::Led`).
+    led: Ballot,
+    /// The highest ballot of *another* node that we promised or accepted (durable: the
+    /// `Promise`/`Accept` records of other nodes' ballots). We never go below it.
+    promised_other: Ballot,
     /// Set when recovery met a record it cannot decode: the replica then stays passive
     /// (never votes), since a lost promise could let it accept what it promised to refuse.
     broken: Option<String>,
@@ -225,6 +230,8 @@ impl MultiPaxos {
             role: Role::Follower,
             promised: Ballot::ZERO,
             max_seen: Ballot::ZERO,
+            led: Ballot::ZERO,
+            promised_other: Ballot::ZERO,
             broken: None,
             leader: None,
             leader_contact: None,
@@ -473,6 +480,7 @@ impl MultiPaxos {
         }
         if ballot > self.promised {
             self.promised = ballot;
+            self.promised_other = self.promised_other.max(ballot);
             self.persist(ctx, &[Record::Promise(ballot)]);
             self.step_down(ctx, Some(from));
         }
@@ -514,6 +522,11 @@ impl MultiPaxos {
     fn become_leader(&mut self, ctx: &mut Ctx<'_>) {
         let Some(election) = self.election.take() else { return };
         self.role = Role::Leader;
+        if self.promised > self.led {
+            self.led = self.promised;
+            // Before any Accept of this ballot leaves (same turn, persisted first).
+            self.persist(ctx, &[Record::Led(self.led)]);
+        }
         self.leader = Some(self.id);
         ctx.cancel_timer(TIMER_ELECTION);
         let last = election.found.keys().next_back().copied().unwrap_or(0).max(self.log.last_index());
@@ -702,6 +715,7 @@ impl MultiPaxos {
     }
 
     fn on_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, slot: u64, value: Value, commit: u64) {
+        self.drop_abandoned_ballot(ballot);
         if ballot < self.promised {
             ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
             return;
@@ -709,6 +723,7 @@ impl MultiPaxos {
         let mut records = Vec::new();
         if ballot > self.promised {
             self.promised = ballot;
+            self.promised_other = self.promised_other.max(ballot);
             records.push(Record::Promise(ballot));
         }
         if self.role != Role::Follower || self.leader != Some(from) {
@@ -814,8 +829,33 @@ impl MultiPaxos {
         self.send_heartbeat(ctx);
     }
 
+    /// A leader with a lower ballot than ours is alive and we are not campaigning: if the
+    /// higher ballot is our own, from an election we gave up (e.g. while cut off from the
+    /// cluster, after which Rule 2 keeps us passive), forget it rather than make the working
+    /// leader step down with a rejection (§3.1.1 rejects heartbeats of *older leaders*; we
+    /// never led with that ballot). Safe because only we propose with our ballot and we never
+    /// ran phase 2 with it (`led`, durable, is below it; not leader, no election running), and
+    /// never will (our next ballot is chosen above `max_seen`, which keeps it); acceptors that
+    /// promised it still reject the lower ballot. The durable promise stays higher
+    /// (conservative after a restart).
+    fn drop_abandoned_ballot(&mut self, ballot: Ballot) {
+        if ballot < self.promised
+            && self.promised.node == self.id
+            && self.promised > self.led
+            && ballot >= self.promised_other
+            && self.role == Role::Follower
+            && self.election.is_none()
+            && !ballot.is_zero()
+        {
+            self.max_seen = self.max_seen.max(self.promised);
+            self.promised = ballot;
+            self.promised_other = ballot;
+        }
+    }
+
     /// Follow the leader of `ballot` (a heartbeat or control message from it).
     fn follow(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot) -> bool {
+        self.drop_abandoned_ballot(ballot);
         if ballot < self.promised {
             // §3.1.1: a stale leader learns the newer ballot and steps down.
             ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
@@ -823,6 +863,7 @@ impl MultiPaxos {
         }
         if ballot > self.promised {
             self.promised = ballot;
+            self.promised_other = self.promised_other.max(ballot);
             self.persist(ctx, &[Record::Promise(ballot)]);
         }
         if self.role != Role::Follower || self.leader != Some(from) {
@@ -1240,7 +1281,9 @@ impl MultiPaxos {
     fn rewrite_durable(&mut self, ctx: &mut Ctx<'_>, background: bool) {
         let Some(s) = &self.snapshot else { return };
         let mut records = vec![
+            Record::Promise(self.promised_other),
             Record::Promise(self.promised),
+            Record::Led(self.led),
             Record::Snapshot { index: s.index, data: s.data.clone() },
             Record::Members(s.members.clone()),
         ];
@@ -1397,9 +1440,17 @@ impl Protocol for MultiPaxos {
         let mut commit_upto = 0;
         for r in records.iter() {
             match decode::<Record>(r) {
-                Ok(Record::Promise(b)) => self.promised = self.promised.max(b),
+                Ok(Record::Promise(b)) => {
+                    self.promised = self.promised.max(b);
+                    if b.node != self.id {
+                        self.promised_other = self.promised_other.max(b);
+                    }
+                }
                 Ok(Record::Accept { slot, ballot, value }) => {
                     self.promised = self.promised.max(ballot);
+                    if ballot.node != self.id {
+                        self.promised_other = self.promised_other.max(ballot);
+                    }
                     if !self.log.is_committed(slot) {
                         self.log.set(slot, Entry { ballot, value }, SlotState::InProgress);
                     }
@@ -1408,6 +1459,7 @@ impl Protocol for MultiPaxos {
                     self.log.set(slot, Entry { ballot: Ballot::ZERO, value }, SlotState::Committed);
                 }
                 Ok(Record::CommitUpto(c)) => commit_upto = commit_upto.max(c),
+                Ok(Record::Led(b)) => self.led = self.led.max(b),
                 Ok(Record::Members(members)) => {
                     self.set_members(ctx, members.clone());
                     if let Some(s) = self.snapshot.as_mut() {

@@ -116,4 +116,8 @@ pub enum Record {
     /// The configuration in effect after the preceding `Snapshot` (written right after it):
     /// membership entries the snapshot covers are no longer in the durable log.
     Members(Vec<MemberInfo>),
+    /// This node became leader with this ballot (ran phase 2 with it), written before its
+    /// first Accept. A promise to one of our own ballots that we never led with may be given
+    /// up for a live leader's lower ballot (`drop_abandoned_ballot`); one we led with never.
+    Led(Ballot),
 }
