@@ -324,6 +324,20 @@ pub fn encode_with_payload<M: Serialize>(with_empty: &M, payload: Bytes) -> Vec<
     vec![Bytes::from(head), payload]
 }
 
+/// The action that replaces a protocol's durable records by a compacted image given as parts
+/// (see [`Action::CompactDurable`]): in the background for an image of what is durable already
+/// plus a snapshot a crash may lose, synchronously (`RewriteDurable`, each record joined into
+/// one buffer) when something sent afterwards depends on it, e.g. an installed snapshot.
+pub fn compaction(token: u64, records: Vec<Vec<Bytes>>, background: bool) -> Action {
+    match background {
+        true => Action::CompactDurable { token, records },
+        false => {
+            let records = records.into_iter().map(|parts| Bytes::from(parts.concat())).collect();
+            Action::RewriteDurable { token, records }
+        }
+    }
+}
+
 /// Decode a protocol message or record; a malformed input is an error, never a panic.
 pub fn decode<'de, M: Deserialize<'de>>(bytes: &'de [u8]) -> Result<M, postcard::Error> {
     postcard::from_bytes(bytes)

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
-use synod_core::protocol::{decode, encode, encode_with_payload};
+use synod_core::protocol::{compaction, decode, encode, encode_with_payload};
 use synod_core::quorum::{majority, QuorumTracker};
 use synod_core::snapshot::{chunk, ChunkAssembler, SnapshotPolicy};
 use synod_core::{
@@ -1297,10 +1297,6 @@ impl MultiPaxos {
         records.push(Record::CommitUpto(c));
         self.persisted_commit = c;
         self.durable_base = s.index;
-        if !background {
-            ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
-            return;
-        }
         // The snapshot's bytes go to the driver as they are, behind their encoded header.
         let records = records
             .iter()
@@ -1311,7 +1307,7 @@ impl MultiPaxos {
                 r => vec![encode(r)],
             })
             .collect();
-        ctx.push(Action::CompactDurable { token: 0, records });
+        ctx.push(compaction(0, records, background));
     }
 
     /// §3.3: fetch an on-demand snapshot, preferably from a peer that is not the leader.

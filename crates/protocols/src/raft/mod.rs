@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
-use synod_core::protocol::{decode, encode, encode_with_payload};
+use synod_core::protocol::{compaction, decode, encode, encode_with_payload};
 use synod_core::quorum::{majority, QuorumTracker};
 use synod_core::snapshot::{chunk, ChunkAssembler, Snapshot, SnapshotPolicy};
 use synod_core::{
@@ -719,10 +719,6 @@ impl Raft {
         }
         records.push(Record::Commit(self.commit));
         self.persisted_commit = self.commit;
-        if !background {
-            ctx.push(Action::RewriteDurable { token: 0, records: records.iter().map(encode).collect() });
-            return;
-        }
         // The snapshot's bytes go to the driver as they are, behind their encoded header.
         let records = records
             .iter()
@@ -734,7 +730,7 @@ impl Raft {
                 r => vec![encode(r)],
             })
             .collect();
-        ctx.push(Action::CompactDurable { token: 0, records });
+        ctx.push(compaction(0, records, background));
     }
 
     fn send_snapshot_chunk(&mut self, ctx: &mut Ctx<'_>, to: NodeId) {
