@@ -2,25 +2,13 @@
 //! replica it started.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+mod common;
 
 const SYNOD: &str = env!("CARGO_BIN_EXE_synod");
-
-/// A base port B with B+1..3, B+101..103 and B+201..203 all free.
-fn free_base_port() -> u16 {
-    let seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() ^ std::process::id();
-    for attempt in 0..200u32 {
-        let base = 20_000 + ((seed.wrapping_add(attempt * 7919)) % 30_000) as u16;
-        let ports = [1, 2, 3, 101, 102, 103, 201, 202, 203].map(|o| base + o);
-        if ports.iter().all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no free base port found");
-}
 
 fn ctl(endpoints: &str, args: &[&str]) -> Output {
     Command::new(SYNOD).args(["ctl", "--endpoints", endpoints]).args(args).output().expect("run synod ctl")
@@ -40,7 +28,7 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn local_cluster_serves_ctl_and_stops_on_sigterm() {
-    let base = free_base_port();
+    let base = common::free_base_port(3);
     let dir = tempfile::tempdir().unwrap();
     let mut local = Command::new(SYNOD)
         .args(["local", "--nodes", "3", "--base-port", &base.to_string(), "--data-dir"])

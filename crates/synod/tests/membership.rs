@@ -9,35 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 const SYNOD: &str = env!("CARGO_BIN_EXE_synod");
 
 fn text(o: &Output) -> String {
     format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-fn start_local(dir: &Path) -> (std::process::Child, std::path::PathBuf) {
-    let base = (0..500)
-        .map(|i| 23_000 + ((std::process::id() as u16).wrapping_mul(11).wrapping_add(i * 41) % 20_000))
-        .find(|b| {
-            [1, 2, 3, 101, 102, 103, 201, 202, 203]
-                .iter()
-                .all(|o| std::net::TcpListener::bind(("127.0.0.1", b + o)).is_ok())
-        })
-        .expect("free base port");
-    let child = Command::new(SYNOD)
-        .args(["local", "--protocol", "holipaxos", "--fsync", "never", "--base-port", &base.to_string(), "--data-dir"])
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let file = dir.join("cluster.toml");
-    let start = Instant::now();
-    while !file.exists() {
-        assert!(start.elapsed() < Duration::from_secs(90), "synod local wrote no cluster.toml");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (child, file)
 }
 
 /// Client endpoints of the nodes cluster.toml lists now.
@@ -74,7 +51,7 @@ fn status(admin: &str) -> serde_json::Value {
 #[test]
 fn add_a_fourth_node_under_load_then_remove_an_old_one() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut local, file) = start_local(dir.path());
+    let (mut local, file) = common::start_local(dir.path(), &["--protocol", "holipaxos", "--fsync", "never"]);
     let result = std::panic::catch_unwind(|| {
         let stop = Arc::new(AtomicBool::new(false));
         let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();

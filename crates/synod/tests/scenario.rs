@@ -4,7 +4,8 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+
+mod common;
 
 const SYNOD: &str = env!("CARGO_BIN_EXE_synod");
 
@@ -98,33 +99,6 @@ fn smoke_scenario_kills_and_restarts_the_leader() {
     }
 }
 
-/// Start `synod local` on free ports; returns the child and the cluster file.
-fn start_local(dir: &Path) -> (std::process::Child, std::path::PathBuf) {
-    // Free base port: the layout needs B+1..3, B+101..103, B+201..203.
-    let base = (0..500)
-        .map(|i| 21_000 + ((std::process::id() as u16).wrapping_mul(7).wrapping_add(i * 37) % 20_000))
-        .find(|b| {
-            [1, 2, 3, 101, 102, 103, 201, 202, 203]
-                .iter()
-                .all(|o| std::net::TcpListener::bind(("127.0.0.1", b + o)).is_ok())
-        })
-        .expect("free base port");
-    let child = Command::new(SYNOD)
-        .args(["local", "--fsync", "never", "--base-port", &base.to_string(), "--data-dir"])
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let file = dir.join("cluster.toml");
-    let start = Instant::now();
-    while !file.exists() {
-        assert!(start.elapsed() < Duration::from_secs(90), "synod local wrote no cluster.toml");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (child, file)
-}
-
 fn fault(cluster: &Path, args: &[&str]) -> Output {
     Command::new(SYNOD).arg("fault").arg("--cluster").arg(cluster).args(args).output().unwrap()
 }
@@ -132,7 +106,7 @@ fn fault(cluster: &Path, args: &[&str]) -> Output {
 #[test]
 fn fault_cli_on_a_local_cluster() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut local, file) = start_local(dir.path());
+    let (mut local, file) = common::start_local(dir.path(), &["--fsync", "never"]);
     let result = std::panic::catch_unwind(|| {
         // Bad usage: exit 2 with a clear message.
         let o = fault(&file, &["kill", "9"]);

@@ -239,3 +239,85 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// A base port B for `synod local --base-port B`: B+1..=B+`nodes`, and the same at +100,
+/// +200 and +300 (peer, client, admin, Redis), all free right now (another process may still take one before synod binds it; see
+/// [`start_local`]).
+pub fn free_base_port(nodes: u16) -> u16 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() ^ std::process::id();
+    for attempt in 0..500u32 {
+        // Below Linux's ephemeral range (32768..), where outgoing connections take ports.
+        let base = 20_000 + (seed.wrapping_add(attempt.wrapping_mul(7919)) % 12_000) as u16;
+        let free = (1..=nodes)
+            .flat_map(|i| [i, 100 + i, 200 + i, 300 + i])
+            .all(|o| TcpListener::bind(("127.0.0.1", base + o)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no free base port found");
+}
+
+/// Start `synod local --base-port B --data-dir DIR ARGS...` and wait until it has written
+/// `cluster.toml` (every replica answers /health). Its output goes to `DIR/local.out`. If it
+/// exits first because a port was taken meanwhile, it is started again on another base; any
+/// other early exit fails the test with its output and the replicas' logs.
+pub fn start_local(dir: &std::path::Path, args: &[&str]) -> (Child, PathBuf) {
+    let file = dir.join("cluster.toml");
+    let out_path = dir.join("local.out");
+    for attempt in 0..5 {
+        let base = free_base_port(4);
+        let out = std::fs::File::create(&out_path).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_synod"))
+            .args(["local", "--base-port", &base.to_string(), "--data-dir"])
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        loop {
+            if file.exists() {
+                return (child, file);
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+                let taken = output.contains("is not available") || output.contains("in use");
+                if taken && attempt < 4 {
+                    eprintln!("synod local: port taken meanwhile, retrying on another base:\n{output}");
+                    break;
+                }
+                panic!("synod local exited ({status}) before writing cluster.toml:\n{output}\n{}", node_logs(dir));
+            }
+            if start.elapsed() > Duration::from_secs(120) {
+                let _ = child.kill();
+                let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+                panic!("synod local wrote no cluster.toml within 120 s:\n{output}\n{}", node_logs(dir));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    unreachable!("the last attempt panics instead of retrying")
+}
+
+/// The last lines of every `node*.log` in `dir`.
+fn node_logs(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "log")).collect())
+        .unwrap_or_default();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        out.push_str(&format!(
+            "---- {} (tail) ----\n{}\n",
+            log.display(),
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        ));
+    }
+    out
+}
