@@ -14,7 +14,11 @@
 //!    ballot; a node receiving it from a stale leader answers with a rejection (`Nack`)
 //!    carrying the higher ballot, which makes the old leader step down (the Leader-Quorum-
 //!    Loss partition of Fig. 2). Timeouts are drawn per node and per reset from the seeded
-//!    RNG, so nodes do not time out together. → `on_control`, `on_nack` in multipaxos.
+//!    RNG, so nodes do not time out together. → `follow`, `on_nack` in multipaxos. Plain
+//!    `multipaxos` does not reject: like the paper's baseline, its failure detector only
+//!    knows that the leader it followed is alive (a stale leader's heartbeat still resets
+//!    the election timer), so the stale leader learns the higher ballot only when one of
+//!    its Accepts is rejected.
 //! 2. **Churn avoidance (§3.1.2), [`churn`].**
 //!    *Rule 1*: a node counts the elections it started in a sliding window (3 s); from the
 //!    3rd on, its heartbeat interval is multiplied by a penalty that grows ×4 with each

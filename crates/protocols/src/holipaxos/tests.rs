@@ -270,6 +270,31 @@ fn leader_quorum_loss_fig2_the_stable_node_takes_over() {
 }
 
 #[test]
+fn leader_quorum_loss_fig2_baseline_multipaxos_without_the_integrated_detector() {
+    // The same cut with plain MultiPaxos. Idle (no client writes), nothing tells B its
+    // ballot is stale: E keeps hearing B's heartbeats and never campaigns, A, C and D cannot
+    // reach a quorum, and B, unable to commit, stays "leader" - the unavailability the
+    // paper reports. HoliPaxos in the same idle run: E takes over.
+    let cut: Vec<(NodeId, NodeId)> = [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)].into_iter().collect();
+    for (b, expect) in [(crate::multipaxos::build as Build, Some(2)), (build as Build, Some(5))] {
+        let mut net = shape_net(5, b, &[], 2);
+        net.drop = Box::new(|_, _, _| false);
+        net.cut(&cut);
+        net.run_for(Duration::from_secs(20));
+        assert_eq!(net.leader(), expect, "{}", if expect == Some(2) { "multipaxos" } else { "holipaxos" });
+        if expect == Some(2) {
+            assert_ne!(net.node(5).p.status().role, Role::Leader, "E never campaigns");
+            // A write to B cannot commit; its Accept is rejected by E (promised to a
+            // candidate's higher ballot), so B learns it is stale and steps down, and E,
+            // no longer hearing B, takes over: under load the baseline recovers.
+            net.request(2, 9, 1, put("k", "v"));
+            net.run_for(Duration::from_secs(10));
+            assert_eq!(net.leader(), Some(5), "E leads once B stepped down");
+        }
+    }
+}
+
+#[test]
 fn rule1_breaks_the_three_node_churn_fig3() {
     // A=1 and C=3 cannot reach each other; B=2 is common. Rules 2 and 3 off: Rule 1 alone.
     let opts = [("rule2", "off"), ("rule3", "off")];

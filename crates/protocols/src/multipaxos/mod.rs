@@ -857,8 +857,18 @@ impl MultiPaxos {
     fn follow(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot) -> bool {
         self.drop_abandoned_ballot(ballot);
         if ballot < self.promised {
-            // §3.1.1: a stale leader learns the newer ballot and steps down.
-            ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
+            if self.holi.is_some() {
+                // §3.1.1: a stale leader learns the newer ballot and steps down.
+                ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
+            } else if self.role == Role::Follower && self.leader_contact.is_some_and(|(l, _)| l == from) {
+                // Baseline MultiPaxos: its failure detector knows only that the leader it
+                // followed is alive, not that the leader's ballot is stale (HoliPaxos §2,
+                // Fig. 2: "E still answers the heartbeat from Leader B", so E never starts
+                // an election). The stale leader learns of the higher ballot only when an
+                // Accept of its own is rejected.
+                self.reset_election_timer(ctx);
+                self.heard_leader(ctx.now, from);
+            }
             return false;
         }
         if ballot > self.promised {
