@@ -256,57 +256,54 @@ pub fn panels_over_time(path: &Path, title: &str, panels: &[Panel], markers: &[M
             let mut chart = builder
                 .build_cartesian_2d(0.0..t_max, (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)))
                 .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("time since start of measurement (s)")
-                .y_desc(panel.y_desc.as_str())
-                .y_label_formatter(&|v| format_ms(*v))
-                .label_style((FAMILY, 16))
-                .axis_desc_style((FAMILY, 18))
-                .draw()
-                .map_err(err)?;
-            for (i, (name, pts)) in panel.series.iter().enumerate() {
-                let c = color(i);
-                let pts: Vec<(f64, f64)> = pts.iter().copied().filter(|p| p.1 > 0.0).collect();
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                    .map_err(err)?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
-                if panel.points {
-                    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err)?;
-                }
-            }
+            draw_panel(&mut chart, panel, &|v| format_ms(*v), true)?;
             draw_markers(&mut chart, markers, hi, k == 0)?;
             draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         } else {
             let y_max = upper(ys.fold(0.0, f64::max));
             let mut chart = builder.build_cartesian_2d(0.0..t_max, 0.0..y_max).map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("time since start of measurement (s)")
-                .y_desc(panel.y_desc.as_str())
-                .y_label_formatter(&|v| if *v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") })
-                .label_style((FAMILY, 16))
-                .axis_desc_style((FAMILY, 18))
-                .draw()
-                .map_err(err)?;
-            for (i, (name, pts)) in panel.series.iter().enumerate() {
-                let c = color(i);
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                    .map_err(err)?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
-                if panel.points {
-                    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err)?;
-                }
-            }
+            let fmt = |v: &f64| if *v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") };
+            draw_panel(&mut chart, panel, &fmt, false)?;
             draw_markers(&mut chart, markers, y_max, k == 0)?;
             draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         }
     }
     root.present().map_err(err).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A panel's axes and its series (lines, and dots where `points`) over time; on a log
+/// axis (`positive_only`) the points at or below 0 are left out.
+fn draw_panel<Y>(
+    chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    panel: &Panel,
+    y_format: &dyn Fn(&f64) -> String,
+    positive_only: bool,
+) -> anyhow::Result<()>
+where
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc("time since start of measurement (s)")
+        .y_desc(panel.y_desc.as_str())
+        .y_label_formatter(y_format)
+        .label_style((FAMILY, 16))
+        .axis_desc_style((FAMILY, 18))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in panel.series.iter().enumerate() {
+        let c = color(i);
+        let pts: Vec<(f64, f64)> = pts.iter().copied().filter(|p| !positive_only || p.1 > 0.0).collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+        if panel.points {
+            chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err)?;
+        }
+    }
+    Ok(())
 }
 
 /// The legend box, drawn the same way on every chart.

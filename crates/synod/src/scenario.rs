@@ -12,6 +12,9 @@
 //! protocols = ["multipaxos", "raft+", "holipaxos[trim=quorum]"]   # run one after another
 //! replicas = 3
 //! fsync = "batch"             # in_memory, fsync, data_dir, log_level, [cluster.params]
+//! cpu_quota = 40              # optional: every replica capped at 40% of one CPU from its
+//!                             # start (cgroup v1), e.g. to give each its own share of a
+//!                             # small machine; faults' `cpu` quotas then set it lower
 //! [workload]                  # any `synod bench` option, named as on its command line
 //! workload = "a"
 //! clients = 16
@@ -150,6 +153,9 @@ struct ClusterSection {
     log_level: Option<String>,
     #[serde(default)]
     params: ProtocolParams,
+    /// Percent of one CPU every replica gets from its start (before loading and calibration).
+    #[serde(default)]
+    cpu_quota: Option<f64>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -404,6 +410,8 @@ pub struct Scenario {
     pub log_level: String,
     /// `[cluster.params]` (each variant's params start from these).
     pub params: ProtocolParams,
+    /// `[cluster] cpu_quota`: percent of one CPU per replica from its start.
+    pub cpu_quota: Option<f64>,
     /// The workload; its target is filled in per run.
     pub bench: BenchArgs,
     pub load: Load,
@@ -694,6 +702,11 @@ impl Scenario {
                  (fsync = \"never\" keeps it fast)"
             );
         }
+        if let Some(q) = c.cpu_quota {
+            if !(q.is_finite() && q > 0.0 && q <= 6400.0) {
+                bail!("{origin}: [cluster] cpu_quota = {q}: expected a percentage of one CPU above 0 (e.g. 40)");
+            }
+        }
         let out = file.out.clone().unwrap_or_else(|| PathBuf::from("scenario-out").join(&name));
         Ok(Scenario {
             name,
@@ -709,6 +722,7 @@ impl Scenario {
             data_dir: c.data_dir.clone(),
             log_level: c.log_level.clone().unwrap_or_else(|| "info".into()),
             params: c.params.clone(),
+            cpu_quota: c.cpu_quota,
             bench: BenchArgs { duration, ..bench },
             load: Load { rate, calibrate, calibrate_clients },
             schedule,
@@ -995,6 +1009,19 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
     let file_path = cluster.file_path.clone();
     let endpoints = cluster.client_endpoints();
     println!("cluster file: {}", file_path.display());
+    if let Some(q) = s.cpu_quota {
+        for id in 1..=s.replicas as NodeId {
+            let a = Action::Cpu { node: NodeSel::Id(id), quota: crate::fault::Quota::Percent(q) };
+            match crate::fault::execute(&file_path, &a) {
+                Ok(lines) => lines.iter().for_each(|l| eprintln!("{l}")),
+                Err(e) => {
+                    let mut cluster = cluster;
+                    cluster.stop();
+                    bail!("[cluster] cpu_quota = {q}: {e}");
+                }
+            }
+        }
+    }
 
     // Supervise on a thread of its own: restarts and exits are served while the load runs.
     let supervisor_log = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -1820,6 +1847,18 @@ mod tests {
 
     fn err(text: &str) -> String {
         format!("{:#}", Scenario::parse(text, "t.toml", 1.0).unwrap_err())
+    }
+
+    #[test]
+    fn cluster_cpu_quota_is_parsed_and_checked() {
+        let with = |q: &str| GOOD.replace("fsync = \"never\"", &format!("fsync = \"never\"\n        cpu_quota = {q}"));
+        assert_eq!(Scenario::parse(GOOD, "t.toml", 1.0).unwrap().cpu_quota, None);
+        assert_eq!(Scenario::parse(&with("40"), "t.toml", 1.0).unwrap().cpu_quota, Some(40.0));
+        assert_eq!(Scenario::parse(&with("12.5"), "t.toml", 1.0).unwrap().cpu_quota, Some(12.5));
+        for bad in ["0", "-5", "nan", "7000"] {
+            assert!(err(&with(bad)).contains("cpu_quota"), "{bad}: {}", err(&with(bad)));
+        }
+        assert!(err(&with("\"lots\"")).contains("cpu_quota"));
     }
 
     #[test]

@@ -113,6 +113,11 @@ impl SlowdownDetector {
         self.variances.back().copied().unwrap_or(0.0)
     }
 
+    /// The latest in-flight sample (0 before the first).
+    pub fn last_inflight(&self) -> u64 {
+        self.inflight.back().copied().unwrap_or(0.0) as u64
+    }
+
     /// Samples recorded since the last reset.
     pub fn samples_seen(&self) -> usize {
         self.seen

@@ -435,3 +435,25 @@ fn options_are_validated_and_shown() {
     assert_eq!(cfg.churn.rule3_attempts, 4);
     assert!(!cfg.slowdown.enabled);
 }
+
+#[test]
+fn a_slow_highest_id_leader_is_replaced_too() {
+    // Rule 3 favours the highest id; an overloaded leader with the highest id must still
+    // be replaced by the election its marker starts.
+    for leader in [3, 2, 1] {
+        let mut net = shape_net(3, build, FAST_DETECTOR, leader);
+        net.drop = Box::new(|_, _, _| false);
+        write_many(&mut net, leader, 1, 5);
+        net.run_for(Duration::from_secs(2));
+        for k in 0..40u64 {
+            net.nodes[Net::idx(leader)].load.queued_requests = if k % 2 == 0 { 0 } else { 40 + 10 * (k % 5) };
+            net.run_for(Duration::from_millis(100));
+            if net.leader() != Some(leader) {
+                break;
+            }
+        }
+        net.nodes[Net::idx(leader)].load.queued_requests = 0;
+        let (l2, _) = net.await_leader(Duration::from_secs(3)).expect("a leader");
+        assert_ne!(l2, leader, "the slow leader n{leader} was replaced");
+    }
+}

@@ -1593,6 +1593,16 @@ impl Protocol for MultiPaxos {
             extra.insert("overload_markers".into(), h.markers_executed.to_string());
             extra.insert("marker_elections".into(), h.marker_elections.to_string());
             extra.insert("slow".into(), h.detector.is_slow().to_string());
+            let (c_pos, c_neg) = h.detector.cusum();
+            extra.insert(
+                "slowdown".into(),
+                format!(
+                    "samples={} inflight={} variance={:.0} cusum=+{c_pos:.0}/{c_neg:.0}",
+                    h.detector.samples_seen(),
+                    h.detector.last_inflight(),
+                    h.detector.variance()
+                ),
+            );
             if let Some(o) = &h.overload {
                 extra.insert("overload".into(), format!("slot {} by n{} remedied={}", o.slot, o.leader, o.remedied));
             }
