@@ -124,6 +124,7 @@ pub const OPTIONS: &[&str] = &[
     "slowdown_threshold",
     "slowdown_omega",
     "slowdown_tp_gain",
+    "slowdown_robust",
     "slowdown_redeclare_ms",
 ];
 
@@ -189,6 +190,7 @@ impl HoliConfig {
             threshold: number(p, "slowdown_threshold", d.slowdown.threshold)?,
             omega: number(p, "slowdown_omega", d.slowdown.omega)?,
             tp_gain: number(p, "slowdown_tp_gain", d.slowdown.tp_gain)?,
+            robust: p.flag("slowdown_robust", d.slowdown.robust)?,
             redeclare_after: millis(p, "slowdown_redeclare_ms", d.slowdown.redeclare_after)?,
         };
         if !(slowdown.threshold.is_finite() && slowdown.omega.is_finite() && slowdown.tp_gain.is_finite()) {

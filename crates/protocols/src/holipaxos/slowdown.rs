@@ -33,6 +33,15 @@ pub struct SlowdownConfig {
     /// CUSUM drift ω, in (ops)².
     pub omega: f64,
     pub tp_gain: f64,
+    /// Measure the in-flight fluctuation robustly: the squared, normal-scaled median
+    /// absolute deviation (1.4826·MAD)² instead of the variance. Both are in (ops)² and
+    /// agree for a steady Gaussian-like swing, but one outlier among the `samples` (a single
+    /// 50 ms stall: a CPU-quota throttle, an fsync) moves the MAD hardly at all, while it
+    /// lifts the variance by spike²/samples for a whole window — enough to cross the
+    /// paper's threshold when a healthy leader's in-flight count is near 0. The paper
+    /// reacts to a "sustained fluctuation"; this is that, made explicit. Off by default
+    /// (Algorithm 1 as printed).
+    pub robust: bool,
     /// A leader may declare a new overload only once the previous declaration is remedied
     /// or this long after it.
     pub redeclare_after: Duration,
@@ -47,6 +56,7 @@ impl Default for SlowdownConfig {
             threshold: 3000.0,
             omega: 100.0,
             tp_gain: 0.1,
+            robust: false,
             redeclare_after: Duration::from_secs(60),
         }
     }
@@ -149,8 +159,13 @@ impl SlowdownDetector {
         if self.inflight.len() < w {
             return Verdict::Steady;
         }
-        let mean = self.inflight.iter().sum::<f64>() / w as f64;
-        let variance = self.inflight.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / w as f64;
+        let variance = if self.cfg.robust {
+            let mad = 1.4826 * mad(self.inflight.iter().copied());
+            mad * mad
+        } else {
+            let mean = self.inflight.iter().sum::<f64>() / w as f64;
+            self.inflight.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / w as f64
+        };
         self.variances.push_back(variance);
         if self.variances.len() > w {
             self.variances.pop_front();
@@ -195,6 +210,25 @@ impl SlowdownDetector {
         let before = (e[last - r] - e[last - r - w]) as f64 / w as f64;
         Some((recent, before))
     }
+}
+
+/// Median absolute deviation from the median.
+fn mad(xs: impl Iterator<Item = f64>) -> f64 {
+    fn median(v: &mut [f64]) -> f64 {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n == 0 {
+            0.0
+        } else if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    }
+    let mut v: Vec<f64> = xs.collect();
+    let m = median(&mut v);
+    let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    median(&mut dev)
 }
 
 #[cfg(test)]
@@ -249,6 +283,44 @@ mod tests {
         });
         assert_eq!(first, None, "verdicts: {:?}", seen.iter().filter(|v| **v != Verdict::Steady).collect::<Vec<_>>());
         assert!(!d.is_slow());
+    }
+
+    #[test]
+    fn isolated_stalls_trip_the_variance_but_not_the_robust_measure() {
+        // Fig. 10(c) as measured on a real leader at 75% load: in flight 0-7, and about
+        // every 40 s one sample catches a short stall with ~190 operations queued. With
+        // the variance, each stall alone crosses the threshold (a false slowdown); the
+        // robust measure ignores single outliers.
+        let stalls = |i: u64| if i % 80 == 40 { (190, 9_000) } else { (noise(i, 7), 10_000) };
+        let mut plain = SlowdownDetector::new(SlowdownConfig::default());
+        let (first, _) = run(&mut plain, 400, stalls);
+        assert!(first.is_some(), "Algorithm 1 as printed declares on an isolated stall");
+        let mut robust = SlowdownDetector::new(SlowdownConfig { robust: true, ..SlowdownConfig::default() });
+        let (first, seen) = run(&mut robust, 400, stalls);
+        assert_eq!(first, None, "verdicts: {:?}", seen.iter().filter(|v| **v != Verdict::Steady).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_robust_measure_still_detects_a_slow_leader() {
+        let mut d = SlowdownDetector::new(SlowdownConfig { robust: true, ..SlowdownConfig::default() });
+        let (first, seen) =
+            run(&mut d, 240, |i| if i < 120 { (100 + noise(i, 10), 10_000) } else { (100 + noise(i, 300), 9_000) });
+        assert!(seen[..120].iter().all(|v| *v == Verdict::Steady), "no false alarm while healthy");
+        let at = first.expect("slowdown detected");
+        assert!((120..140).contains(&at), "detected at sample {at} (step at 120)");
+        // and a load increase with matching throughput is still dismissed
+        let mut d = SlowdownDetector::new(SlowdownConfig { robust: true, ..SlowdownConfig::default() });
+        let (first, _) = run(&mut d, 500, |i| {
+            let step = i / 100;
+            (100 + 60 * step + noise(i, 10 + 20 * step), 10_000 + 4_000 * step)
+        });
+        assert_eq!(first, None);
+    }
+
+    #[test]
+    fn mad_ignores_one_outlier() {
+        assert_eq!(mad([1.0, 2.0, 3.0, 4.0, 100.0].into_iter()), 1.0);
+        assert_eq!(mad(std::iter::empty()), 0.0);
     }
 
     #[test]
