@@ -55,7 +55,10 @@
 //!    comparison must be with the declarer's level); until the
 //!    declaration is remedied (or `slowdown_redeclare_ms` passed) no new one is written, so
 //!    a general overload causes one election cycle, not churn. → `on_slowdown_tick`,
-//!    `on_marker`.
+//!    `on_marker`. `slowdown_robust = on` replaces the variance by the squared,
+//!    normal-scaled median absolute deviation (see [`slowdown::SlowdownConfig::robust`]):
+//!    with the printed variance, one short stall of a leader whose in-flight count is
+//!    near 0 crosses the paper's threshold (measured in Fig. 10c, session 4 note).
 //! 4. **Log management (§3.3), [`trim`].** Followers report their last executed index
 //!    (LE) in the answer to every control message; the leader computes GLE = min LE over
 //!    all members (frozen while one is silent) and sends it; every node trims its in-memory
