@@ -191,3 +191,45 @@ fn unreadable_durable_state_makes_replica_passive() {
     net.request(1, 1, 1, get("a"));
     assert!(matches!(net.reply_for(1, 1), Some(ReplyBody::Rejected { .. })));
 }
+
+#[test]
+fn a_far_behind_candidate_is_refused_and_catches_up_instead() {
+    // A replica back from a long absence campaigns at once. Its Prepare asks for every slot
+    // after its committed prefix; promising would mean a Promise carrying all of them (in a
+    // real run, 160 MB that the transport refused on every retry while the leader stalled).
+    // The acceptors answer `Behind` instead, keep their leader, and the candidate catches
+    // up in chunks.
+    let params = ProtocolParams { catchup_chunk: 8, ..ProtocolParams::default() };
+    let mut net = Net::with_params(3, build, params);
+    let l = elect(&mut net);
+    let f = (1..=3).find(|i| *i != l).unwrap();
+    net.crash(f);
+    for i in 1..=60 {
+        net.request(l, 1, i, put(&format!("k{i}"), &format!("v{i}")));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    let biggest_promise = std::rc::Rc::new(std::cell::Cell::new(0usize));
+    let behind_answers = std::rc::Rc::new(std::cell::Cell::new(0usize));
+    let (bp, ba) = (biggest_promise.clone(), behind_answers.clone());
+    net.drop = Box::new(move |_, to, m| {
+        match decode::<Msg>(m) {
+            Ok(Msg::Promise { accepted, .. }) if to == f => bp.set(bp.get().max(accepted.len())),
+            Ok(Msg::Behind { .. }) if to == f => ba.set(ba.get() + 1),
+            _ => {}
+        }
+        false
+    });
+    net.restart(f);
+    let ballot_before = net.node(l).p.status().ballot.clone();
+    net.event(f, Event::Timer(TIMER_ELECTION));
+    net.deliver_all();
+    assert_eq!(behind_answers.get(), 2, "both acceptors refuse the far-behind candidate");
+    assert_eq!(biggest_promise.get(), 0, "no promise carrying the backlog");
+    assert_eq!(net.leader(), Some(l), "the leader keeps leading");
+    assert_eq!(net.node(l).p.status().ballot, ballot_before);
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.executed(f), net.executed(l), "the candidate caught up instead");
+    assert_eq!(net.node(f).sm.digest(), net.node(l).sm.digest());
+    assert_eq!(net.leader(), Some(l));
+    net.assert_agreement();
+}
