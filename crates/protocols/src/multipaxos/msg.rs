@@ -98,9 +98,9 @@ pub enum Msg {
     /// configuration in effect after `index` (the snapshot is only the state machine).
     SnapshotChunk { index: u64, offset: u64, total: u64, data: Vec<u8>, members: Vec<MemberInfo> },
     /// The answer to a `Prepare` from a candidate that is more than a catch-up chunk behind
-    /// what this acceptor knows is chosen (`committed`, its committed prefix): no promise
-    /// is made (the promise would have to carry every one of those slots), the candidate
-    /// steps down and catches up in chunks first.
+    /// what this acceptor knows is chosen (`committed`, its committed prefix), instead of a
+    /// `Promise` that would have to carry every one of those slots. The acceptor did
+    /// promise the ballot; the candidate gives it up and catches up in chunks first.
     Behind { ballot: Ballot, committed: u64 },
 }
 
