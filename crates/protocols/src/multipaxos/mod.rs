@@ -507,9 +507,9 @@ impl MultiPaxos {
         ctx.send(from, &Msg::Promise { ballot, accepted: self.accepted_from(from_slot), trimmed });
     }
 
-    /// An acceptor refused to promise because this candidate is too far behind: give up
-    /// the election and catch up from it (chunked `CatchupReq`, or a snapshot if it has
-    /// trimmed those slots).
+    /// An acceptor promised our ballot but withheld the promise's contents because this
+    /// candidate is too far behind: give the ballot up and catch up from that acceptor
+    /// (chunked `CatchupReq`, or a snapshot if it has trimmed those slots).
     fn on_behind(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, committed: u64) {
         if !self.members.contains(&from) {
             return;
