@@ -155,7 +155,26 @@ impl<V> InstanceLog<V> {
             self.base += 1;
             n += 1;
         }
+        self.release_spare();
         n
+    }
+
+    /// Give back the ring buffer's spare room once the held window is a small part of it. A
+    /// `VecDeque` keeps its largest capacity: after one wide window (a joiner's first Accept
+    /// far past an empty log, a long GLE freeze) the live window walks through the whole
+    /// buffer, touching a fresh page every few slots, so the process's memory grows for
+    /// minutes although the log stays short. Shrinking when the capacity is over 4× the
+    /// length copies at most a quarter of the capacity, so it is amortized O(1) per slot.
+    fn release_spare(&mut self) {
+        let (len, cap) = (self.slots.len(), self.slots.capacity());
+        if cap > 4096 && cap > 4 * len {
+            self.slots.shrink_to((2 * len).max(1024));
+        }
+    }
+
+    /// Capacity of the slot buffer (for tests of memory use).
+    pub fn capacity(&self) -> usize {
+        self.slots.capacity()
     }
 
     /// Reset to an empty log whose next slot is `next` (after installing a snapshot that
@@ -164,6 +183,7 @@ impl<V> InstanceLog<V> {
         self.slots.clear();
         self.base = next;
         self.exec_next = next;
+        self.release_spare();
     }
 
     /// Jump past a snapshot that covers every slot below `next` (installed from a peer or
@@ -180,6 +200,7 @@ impl<V> InstanceLog<V> {
         }
         self.base = self.base.max(next);
         self.exec_next = next;
+        self.release_spare();
         true
     }
 
@@ -194,6 +215,7 @@ impl<V> InstanceLog<V> {
     pub fn truncate_after(&mut self, index: u64) {
         let keep = index.saturating_sub(self.base - 1) as usize;
         self.slots.truncate(keep);
+        self.release_spare();
     }
 }
 
@@ -255,5 +277,27 @@ mod tests {
         assert!(!log.skip_to(3), "already past");
         assert!(log.skip_to(20));
         assert_eq!((log.first_index(), log.exec_next(), log.len()), (20, 20, 0));
+    }
+
+    #[test]
+    fn the_buffer_shrinks_once_a_wide_window_is_gone() {
+        // A joiner's first Accept lands far past its empty log; its snapshot then covers
+        // everything below. The buffer must not keep the wide window's room: the live
+        // window would walk through all of it.
+        let mut log: InstanceLog<u64> = InstanceLog::new();
+        log.set(100_000, 1, SlotState::InProgress);
+        assert!(log.capacity() >= 100_000);
+        assert!(log.skip_to(99_990));
+        assert_eq!(log.len(), 11);
+        assert!(log.capacity() <= 4096, "capacity {} after the skip", log.capacity());
+        // Same after trimming a long executed prefix (a GLE freeze that ends).
+        for i in 99_990..200_000 {
+            log.set(i, i, SlotState::Committed);
+            log.advance_exec();
+        }
+        assert!(log.capacity() >= 100_000);
+        log.trim_before(199_000);
+        assert!(log.capacity() <= 4096, "capacity {} after the trim", log.capacity());
+        assert_eq!(log.get(199_500).map(|s| s.value), Some(199_500));
     }
 }

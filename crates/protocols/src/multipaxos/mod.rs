@@ -42,6 +42,9 @@ use synod_core::{
 
 /// Trimmable slots freed per event (see `trim_step`).
 const TRIM_STEP: u64 = 512;
+/// How far beyond its execution point an acceptor takes Accepts, in catch-up chunks
+/// (256 × the default 256-slot chunk = 65,536 slots).
+const ACCEPT_AHEAD_CHUNKS: u64 = 256;
 const TIMER_ELECTION: TimerId = 1;
 const TIMER_HEARTBEAT: TimerId = 2;
 /// HoliPaxos: the leader's slowdown-detector sampling tick.
@@ -383,11 +386,14 @@ impl MultiPaxos {
     }
 
     /// A phase-1 answer (promise or rejection) from `from` for `ballot` (Rule 2 counting).
-    fn note_response(&mut self, ctx: &mut Ctx<'_>, ballot: Ballot, from: NodeId) {
+    /// A node requalified by its probe campaigns at its next election timeout, not at once:
+    /// the probe's answers arrive before the live leader's next control message does, and
+    /// an immediate Prepare (with a ballot above everything the answers revealed) deposed
+    /// the stable leader after every heal of a partition that had isolated a node.
+    fn note_response(&mut self, _ctx: &mut Ctx<'_>, ballot: Ballot, from: NodeId) {
         let quorum = self.quorum;
-        let requalified = self.holi.as_mut().is_some_and(|h| h.churn.response(ballot, from, quorum));
-        if requalified && self.role == Role::Follower && self.live_leader(ctx.now).is_none() {
-            self.start_election(ctx);
+        if let Some(h) = self.holi.as_mut() {
+            h.churn.response(ballot, from, quorum);
         }
     }
 
@@ -675,6 +681,24 @@ impl MultiPaxos {
         if ballot == self.promised && promised > self.promised && self.role != Role::Follower {
             self.max_seen = self.max_seen.max(promised);
             self.step_down(ctx, None);
+            return;
+        }
+        // Rule 3 (§3.1.2): a common node rejected this attempt "without giving a valid
+        // ballot" because a higher churner or a live leader is in the race; the election
+        // will fail. Give it up now rather than at the next timeout: a candidate rejects
+        // every control message below its ballot, so after a heal the blocked churner,
+        // whose ballot kept climbing with its attempts, deposed the stable leader as soon
+        // as that leader's first heartbeat reached it (Fig. 9(d) at paper scale: a leader
+        // change and ~1 s with nothing served). As a follower it drops the abandoned ballot
+        // when a live leader's control message arrives (`drop_abandoned_ballot`) and follows.
+        let rule3_rejected = promised.is_zero() && !ballot.is_zero();
+        if self.holi.is_some()
+            && rule3_rejected
+            && ballot == self.promised
+            && ballot.node == self.id
+            && self.role == Role::Candidate
+        {
+            self.step_down(ctx, None);
         }
     }
 
@@ -767,6 +791,19 @@ impl MultiPaxos {
         self.reset_election_timer(ctx);
         self.heard_leader(ctx.now, from);
         self.last_successful_leader = Some(from);
+        // An acceptor holds at most ACCEPT_AHEAD_CHUNKS catch-up chunks beyond its execution
+        // point. Otherwise a replica far behind (a joiner before its snapshot, one restarted
+        // with an empty disk) holds every slot in between as a hole: one Accept for slot
+        // 10^8 would allocate gigabytes. It does not answer (never unsafe in Paxos: the slot
+        // is simply not accepted here) and catches up first, which learn_commit asks for.
+        let ahead = (self.params.catchup_chunk.max(1) as u64).saturating_mul(ACCEPT_AHEAD_CHUNKS);
+        if slot > self.log.exec_next().saturating_add(ahead) {
+            if !records.is_empty() {
+                self.persist(ctx, &records);
+            }
+            self.learn_commit(ctx, from, ballot, commit);
+            return;
+        }
         if !self.log.is_committed(slot) {
             self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
             records.push(Record::Accept { slot, ballot, value });
@@ -1616,6 +1653,8 @@ impl Protocol for MultiPaxos {
         extra.insert("in_flight".into(), self.in_flight.len().to_string());
         extra.insert("queued".into(), self.queue.len().to_string());
         extra.insert("log_len".into(), self.log.len().to_string());
+        extra.insert("log_last".into(), self.log.last_index().to_string());
+        extra.insert("log_capacity".into(), self.log.capacity().to_string());
         let members: Vec<String> = self.members.iter().map(|m| m.to_string()).collect();
         extra.insert("members".into(), members.join(","));
         if let Some(s) = self.config_pending {
