@@ -54,7 +54,10 @@
 //!    a new leader under the *same* overload sees no change point of its own, so the
 //!    comparison must be with the declarer's level); until the
 //!    declaration is remedied (or `slowdown_redeclare_ms` passed) no new one is written, so
-//!    a general overload causes one election cycle, not churn. → `on_slowdown_tick`,
+//!    a general overload causes one election cycle, not churn. A replica that declared
+//!    itself overloaded sits out the elections later markers start for
+//!    `slowdown_sitout_ms` (default 10 min; the paper does not say who should win), so a
+//!    marker election does not hand the lead back to the slow node. → `on_slowdown_tick`,
 //!    `on_marker`. `slowdown_robust = on` replaces the variance by the squared,
 //!    normal-scaled median absolute deviation (see [`slowdown::SlowdownConfig::robust`]):
 //!    with the printed variance, one short stall of a leader whose in-flight count is
@@ -97,6 +100,7 @@ use crate::multipaxos::{MultiPaxos, Variant};
 use crate::registry::Setup;
 use churn::{ChurnConfig, ChurnRules};
 use slowdown::{SlowdownConfig, SlowdownDetector};
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 use synod_core::{Ballot, NodeId, Protocol, ProtocolParams, Time};
@@ -129,6 +133,7 @@ pub const OPTIONS: &[&str] = &[
     "slowdown_tp_gain",
     "slowdown_robust",
     "slowdown_redeclare_ms",
+    "slowdown_sitout_ms",
 ];
 
 /// The knobs of the HoliPaxos layers, from protocol options.
@@ -195,6 +200,7 @@ impl HoliConfig {
             tp_gain: number(p, "slowdown_tp_gain", d.slowdown.tp_gain)?,
             robust: p.flag("slowdown_robust", d.slowdown.robust)?,
             redeclare_after: millis(p, "slowdown_redeclare_ms", d.slowdown.redeclare_after)?,
+            sitout: millis(p, "slowdown_sitout_ms", d.slowdown.sitout)?,
         };
         if !(slowdown.threshold.is_finite() && slowdown.omega.is_finite() && slowdown.tp_gain.is_finite()) {
             return Err("slowdown_threshold, slowdown_omega and slowdown_tp_gain must be finite numbers".into());
@@ -234,6 +240,8 @@ pub(crate) struct Holi {
     pub marker_elections: u64,
     pub markers_executed: u64,
     pub leader_since: Time,
+    /// When this replica executed each declarer's latest overload marker.
+    pub declared: BTreeMap<NodeId, Time>,
 }
 
 impl Holi {
@@ -251,7 +259,14 @@ impl Holi {
             marker_elections: 0,
             markers_executed: 0,
             leader_since: Time::ZERO,
+            declared: BTreeMap::new(),
         }
+    }
+
+    /// Whether `id` declared itself overloaded recently enough to sit out marker elections.
+    pub fn sits_out(&self, id: NodeId, now: Time) -> bool {
+        let sitout = self.cfg.slowdown.sitout;
+        self.declared.get(&id).is_some_and(|t| !sitout.is_zero() && now.since(*t) < sitout)
     }
 
     /// Whether a new overload declaration is allowed now (§3.2: only once the previous

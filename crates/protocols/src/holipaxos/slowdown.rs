@@ -45,6 +45,13 @@ pub struct SlowdownConfig {
     /// A leader may declare a new overload only once the previous declaration is remedied
     /// or this long after it.
     pub redeclare_after: Duration,
+    /// A replica that declared itself overloaded (as leader) sits out the elections that
+    /// later markers trigger for this long: its slowness is the one thing the cluster
+    /// knows about it, and a marker election that hands the lead back to it (Fig. 10(b):
+    /// a healthy leader's declaration re-elected the node at 16% CPU) undoes the remedy.
+    /// It still campaigns on an ordinary timeout, so liveness does not depend on it. The
+    /// paper is silent on who should win a marker election. Zero turns this off.
+    pub sitout: Duration,
 }
 
 impl Default for SlowdownConfig {
@@ -58,6 +65,7 @@ impl Default for SlowdownConfig {
             tp_gain: 0.1,
             robust: false,
             redeclare_after: Duration::from_secs(60),
+            sitout: Duration::from_secs(600),
         }
     }
 }

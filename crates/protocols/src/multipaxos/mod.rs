@@ -1262,12 +1262,14 @@ impl MultiPaxos {
             Marker::Overload { leader, ballot, variance, .. } => {
                 h.markers_executed += 1;
                 h.overload = Some(Overload { slot, leader, ballot, variance, executed_at: ctx.now, remedied: false });
+                h.declared.insert(leader, ctx.now);
                 if leader == id {
                     h.declaring = false;
                 } else if role == Role::Follower
                     && last == Some(leader)
                     && promised == ballot
                     && slot > h.handled_marker
+                    && !h.sits_out(id, ctx.now)
                 {
                     // One election per marker and follower, after a random backoff so
                     // that followers do not all campaign at once.
