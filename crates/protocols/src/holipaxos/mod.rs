@@ -42,9 +42,12 @@
 //!    for how the paper's 5 elections / 3 s translate to synod's timeouts. → `on_prepare`.
 //! 3. **Slowdown detector (§3.2, Algorithm 1), [`slowdown`].** Every 0.5 s the leader
 //!    samples its in-flight operations (queued + proposed-not-executed + what the driver
-//!    holds, `ctx.load.queued_requests`) and its executed count; variance over 15 samples,
-//!    two-sided CUSUM (threshold 3000, ω 100 ops²), a change that comes with ≥ 10 % more
-//!    throughput is dismissed. On a detection the leader commits an *overload declaration
+//!    holds, `ctx.load.queued_requests`) and its executed count; one variance per
+//!    tumbling window of 15 samples (Algorithm 1 empties `metrics` after each window;
+//!    `slowdown_sliding = on` slides it by one sample instead, which counted each stall 15
+//!    times and made healthy leaders declare in Fig. 10(c)), two-sided CUSUM (threshold
+//!    3000, ω 100 ops²); a change that comes with ≥ 10 % more throughput than the previous
+//!    window is dismissed. On a detection the leader commits an *overload declaration
 //!    marker* ([`crate::multipaxos::Marker::Overload`]) to the log. A follower executing it
 //!    whose last successful leader (the one whose Accepts it took) is the declarer, still
 //!    in the declared ballot, starts one election after a random backoff — at most one
@@ -132,6 +135,7 @@ pub const OPTIONS: &[&str] = &[
     "slowdown_omega",
     "slowdown_tp_gain",
     "slowdown_robust",
+    "slowdown_sliding",
     "slowdown_redeclare_ms",
     "slowdown_sitout_ms",
 ];
@@ -199,6 +203,7 @@ impl HoliConfig {
             omega: number(p, "slowdown_omega", d.slowdown.omega)?,
             tp_gain: number(p, "slowdown_tp_gain", d.slowdown.tp_gain)?,
             robust: p.flag("slowdown_robust", d.slowdown.robust)?,
+            sliding: p.flag("slowdown_sliding", d.slowdown.sliding)?,
             redeclare_after: millis(p, "slowdown_redeclare_ms", d.slowdown.redeclare_after)?,
             sitout: millis(p, "slowdown_sitout_ms", d.slowdown.sitout)?,
         };

@@ -42,6 +42,14 @@ pub struct SlowdownConfig {
     /// reacts to a "sustained fluctuation"; this is that, made explicit. Off by default
     /// (Algorithm 1 as printed).
     pub robust: bool,
+    /// Slide the window by one sample (a variance and a CUSUM step every sample) instead of
+    /// Algorithm 1's tumbling windows (line 22, `metrics ← nil`: one variance and one CUSUM
+    /// step per full window of `samples`). Sliding reacts up to a window sooner, but every
+    /// excursion of the in-flight count then lands in `samples` overlapping windows, so
+    /// CUSUM adds it up about `samples` times: one short stall of a healthy leader near its
+    /// CPU quota crossed the threshold (Fig. 10(c) false markers, sessions 4 and 5, which
+    /// ran this mode). Off by default (Algorithm 1 as printed).
+    pub sliding: bool,
     /// A leader may declare a new overload only once the previous declaration is remedied
     /// or this long after it.
     pub redeclare_after: Duration,
@@ -64,6 +72,7 @@ impl Default for SlowdownConfig {
             omega: 100.0,
             tp_gain: 0.1,
             robust: false,
+            sliding: false,
             redeclare_after: Duration::from_secs(60),
             sitout: Duration::from_secs(600),
         }
@@ -86,8 +95,10 @@ pub enum Verdict {
 #[derive(Clone, Debug)]
 pub struct SlowdownDetector {
     cfg: SlowdownConfig,
-    /// Last `samples` in-flight counts.
+    /// In-flight counts of the current window (the last `samples` when sliding).
     inflight: VecDeque<f64>,
+    /// The latest in-flight sample.
+    last: u64,
     /// Executed-operation totals of the last `2 * samples + 1` samples (for TP of this and
     /// the previous window).
     executed: VecDeque<u64>,
@@ -103,6 +114,7 @@ impl SlowdownDetector {
         SlowdownDetector {
             cfg,
             inflight: VecDeque::new(),
+            last: 0,
             executed: VecDeque::new(),
             variances: VecDeque::new(),
             c_pos: 0.0,
@@ -133,7 +145,7 @@ impl SlowdownDetector {
 
     /// The latest in-flight sample (0 before the first).
     pub fn last_inflight(&self) -> u64 {
-        self.inflight.back().copied().unwrap_or(0.0) as u64
+        self.last
     }
 
     /// Samples recorded since the last reset.
@@ -142,10 +154,14 @@ impl SlowdownDetector {
     }
 
     /// Samples needed before a verdict can be reached at all (a full variance window plus
-    /// the throughput history of the "since/before" comparison).
+    /// the throughput history of the "since/before" comparison; two windows when tumbling).
     pub fn warm_up(&self) -> usize {
         let w = self.cfg.samples.max(2);
-        w + (w / 3).max(1) + 1
+        if self.cfg.sliding {
+            w + (w / 3).max(1) + 1
+        } else {
+            2 * w + 1
+        }
     }
 
     pub fn cusum(&self) -> (f64, f64) {
@@ -156,6 +172,7 @@ impl SlowdownDetector {
     pub fn sample(&mut self, inflight: u64, executed_total: u64) -> Verdict {
         let w = self.cfg.samples.max(2);
         self.seen += 1;
+        self.last = inflight;
         self.inflight.push_back(inflight as f64);
         if self.inflight.len() > w {
             self.inflight.pop_front();
@@ -174,6 +191,9 @@ impl SlowdownDetector {
             let mean = self.inflight.iter().sum::<f64>() / w as f64;
             self.inflight.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / w as f64
         };
+        if !self.cfg.sliding {
+            self.inflight.clear(); // line 22: metrics ← nil
+        }
         self.variances.push_back(variance);
         if self.variances.len() > w {
             self.variances.pop_front();
@@ -185,7 +205,8 @@ impl SlowdownDetector {
         if self.c_pos > self.cfg.threshold {
             // Throughput of this window against the previous one; without a full previous
             // window the change cannot be told apart from a load increase: keep watching.
-            let Some((tp, tp_last)) = self.throughputs(w) else { return Verdict::Steady };
+            let tps = if self.cfg.sliding { self.throughputs(w) } else { self.window_throughputs(w) };
+            let Some((tp, tp_last)) = tps else { return Verdict::Steady };
             self.c_pos = 0.0;
             self.c_neg = 0.0;
             if tp <= tp_last * (1.0 + self.cfg.tp_gain) {
@@ -203,7 +224,20 @@ impl SlowdownDetector {
         Verdict::Steady
     }
 
-    /// Throughput rates (ops per sample) *since* the change and *before* it: a CUSUM
+    /// Algorithm 1 line 11: TP(metrics) and TP(metrics_last), the throughput of the window
+    /// that just filled and of the one before it (ops per sample).
+    fn window_throughputs(&self, w: usize) -> Option<(f64, f64)> {
+        if self.executed.len() < 2 * w + 1 {
+            return None;
+        }
+        let e = &self.executed;
+        let last = e.len() - 1;
+        let this = (e[last] - e[last - w]) as f64 / w as f64;
+        let before = (e[last - w] - e[last - 2 * w]) as f64 / w as f64;
+        Some((this, before))
+    }
+
+    /// Sliding mode: throughput rates (ops per sample) *since* the change and *before* it: a CUSUM
     /// alarm fires a few samples after the change, so "since" is the last `w / 3` samples
     /// and "before" the `w` samples preceding them (Algorithm 1's TP(metrics) and
     /// TP(metrics_last), made comparable for a sliding window).
@@ -294,30 +328,39 @@ mod tests {
     }
 
     #[test]
-    fn isolated_stalls_trip_the_variance_but_not_the_robust_measure() {
+    fn isolated_stalls_trip_the_sliding_variance_but_not_the_robust_measure_nor_tumbling_windows() {
         // Fig. 10(c) as measured on a real leader at 75% load: in flight 0-7, and about
         // every 40 s one sample catches a short stall with ~190 operations queued. With
         // the variance, each stall alone crosses the threshold (a false slowdown); the
         // robust measure ignores single outliers.
+        // That was with sliding windows; Algorithm 1's tumbling windows count each stall
+        // once and do not declare either.
         let stalls = |i: u64| if i % 80 == 40 { (190, 9_000) } else { (noise(i, 7), 10_000) };
-        let mut plain = SlowdownDetector::new(SlowdownConfig::default());
+        let sliding = SlowdownConfig { sliding: true, ..SlowdownConfig::default() };
+        let mut plain = SlowdownDetector::new(sliding);
         let (first, _) = run(&mut plain, 400, stalls);
-        assert!(first.is_some(), "Algorithm 1 as printed declares on an isolated stall");
-        let mut robust = SlowdownDetector::new(SlowdownConfig { robust: true, ..SlowdownConfig::default() });
+        assert!(first.is_some(), "the variance over sliding windows declares on an isolated stall");
+        let mut robust = SlowdownDetector::new(SlowdownConfig { robust: true, ..sliding });
         let (first, seen) = run(&mut robust, 400, stalls);
+        assert_eq!(first, None, "verdicts: {:?}", seen.iter().filter(|v| **v != Verdict::Steady).collect::<Vec<_>>());
+        let mut tumbling = SlowdownDetector::new(SlowdownConfig::default());
+        let (first, seen) = run(&mut tumbling, 400, stalls);
         assert_eq!(first, None, "verdicts: {:?}", seen.iter().filter(|v| **v != Verdict::Steady).collect::<Vec<_>>());
     }
 
     #[test]
     fn the_robust_measure_still_detects_a_slow_leader() {
-        let mut d = SlowdownDetector::new(SlowdownConfig { robust: true, ..SlowdownConfig::default() });
+        // (The robust measure was made for sliding windows: over one tumbling window of 15
+        // samples the MAD is too coarse an estimate and the load steps below trip it.)
+        let robust = SlowdownConfig { robust: true, sliding: true, ..SlowdownConfig::default() };
+        let mut d = SlowdownDetector::new(robust);
         let (first, seen) =
             run(&mut d, 240, |i| if i < 120 { (100 + noise(i, 10), 10_000) } else { (100 + noise(i, 300), 9_000) });
         assert!(seen[..120].iter().all(|v| *v == Verdict::Steady), "no false alarm while healthy");
         let at = first.expect("slowdown detected");
         assert!((120..140).contains(&at), "detected at sample {at} (step at 120)");
         // and a load increase with matching throughput is still dismissed
-        let mut d = SlowdownDetector::new(SlowdownConfig { robust: true, ..SlowdownConfig::default() });
+        let mut d = SlowdownDetector::new(robust);
         let (first, _) = run(&mut d, 500, |i| {
             let step = i / 100;
             (100 + 60 * step + noise(i, 10 + 20 * step), 10_000 + 4_000 * step)
