@@ -365,22 +365,27 @@ fn rule3_common_nodes_pick_the_highest_churner_fig5b() {
 const FAST_DETECTOR: &[(&str, &str)] =
     &[("slowdown_sample_ms", "100"), ("slowdown_samples", "6"), ("slowdown_threshold", "50"), ("slowdown_omega", "1")];
 
+/// Make `who`'s driver queue swing (requests pile up, nothing is executed) for up to 4 s
+/// or until another node leads; returns the leader after that.
+fn swing_until_replaced(net: &mut Net, who: NodeId) -> NodeId {
+    for k in 0..40u64 {
+        net.nodes[Net::idx(who)].load.queued_requests = if k % 2 == 0 { 0 } else { 40 + 10 * (k % 5) };
+        net.run_for(Duration::from_millis(100));
+        if net.leader() != Some(who) {
+            break;
+        }
+    }
+    net.nodes[Net::idx(who)].load.queued_requests = 0;
+    net.await_leader(Duration::from_secs(3)).expect("a leader").0
+}
+
 #[test]
 fn a_slow_leader_declares_overload_and_exactly_one_election_follows() {
     let mut net = net_with(3, FAST_DETECTOR);
     let l1 = elect(&mut net);
     write_many(&mut net, l1, 1, 5);
     net.run_for(Duration::from_secs(2));
-    // The leader's driver queue starts to swing (requests pile up, nothing is executed).
-    for k in 0..40u64 {
-        net.nodes[Net::idx(l1)].load.queued_requests = if k % 2 == 0 { 0 } else { 40 + 10 * (k % 5) };
-        net.run_for(Duration::from_millis(100));
-        if net.leader() != Some(l1) {
-            break;
-        }
-    }
-    net.nodes[Net::idx(l1)].load.queued_requests = 0;
-    let (l2, _) = net.await_leader(Duration::from_secs(3)).expect("a leader");
+    let l2 = swing_until_replaced(&mut net, l1);
     assert_ne!(l2, l1, "the slow leader was replaced");
     assert!((1..=3).all(|id| num(&net, id, "overload_markers") == 1));
     let elections: u64 = (1..=3).map(|id| num(&net, id, "marker_elections")).sum();
@@ -445,15 +450,7 @@ fn a_slow_highest_id_leader_is_replaced_too() {
         net.drop = Box::new(|_, _, _| false);
         write_many(&mut net, leader, 1, 5);
         net.run_for(Duration::from_secs(2));
-        for k in 0..40u64 {
-            net.nodes[Net::idx(leader)].load.queued_requests = if k % 2 == 0 { 0 } else { 40 + 10 * (k % 5) };
-            net.run_for(Duration::from_millis(100));
-            if net.leader() != Some(leader) {
-                break;
-            }
-        }
-        net.nodes[Net::idx(leader)].load.queued_requests = 0;
-        let (l2, _) = net.await_leader(Duration::from_secs(3)).expect("a leader");
+        let l2 = swing_until_replaced(&mut net, leader);
         assert_ne!(l2, leader, "the slow leader n{leader} was replaced");
     }
 }
@@ -521,17 +518,6 @@ fn a_replica_that_declared_itself_slow_sits_out_later_marker_elections() {
     // later declaration by a healthy leader started an election that the slowed node won
     // (it then led at 16% CPU for the rest of the run). Here: l1 declares, l2 takes over;
     // then l2 declares too; the election its marker starts must go to the third node.
-    let swing = |net: &mut Net, who: NodeId| {
-        for k in 0..40u64 {
-            net.nodes[Net::idx(who)].load.queued_requests = if k % 2 == 0 { 0 } else { 40 + 10 * (k % 5) };
-            net.run_for(Duration::from_millis(100));
-            if net.leader() != Some(who) {
-                break;
-            }
-        }
-        net.nodes[Net::idx(who)].load.queued_requests = 0;
-        net.await_leader(Duration::from_secs(3)).expect("a leader").0
-    };
     for first in [1, 2, 3] {
         let opts: Vec<(&str, &str)> =
             FAST_DETECTOR.iter().copied().chain([("slowdown_redeclare_ms", "3000")]).collect();
@@ -539,11 +525,11 @@ fn a_replica_that_declared_itself_slow_sits_out_later_marker_elections() {
         net.drop = Box::new(|_, _, _| false);
         write_many(&mut net, first, 1, 5);
         net.run_for(Duration::from_secs(2));
-        let l2 = swing(&mut net, first);
+        let l2 = swing_until_replaced(&mut net, first);
         assert_ne!(l2, first);
         net.run_for(Duration::from_secs(5));
         assert_eq!(net.leader(), Some(l2));
-        let l3 = swing(&mut net, l2);
+        let l3 = swing_until_replaced(&mut net, l2);
         let third = (1..=3).find(|i| *i != first && *i != l2).unwrap();
         assert_eq!(l3, third, "n{first} declared, then n{l2}: the lead goes to n{third}, not back to n{first}");
         assert_eq!(num(&net, first, "marker_elections"), 0, "n{first} sat out");

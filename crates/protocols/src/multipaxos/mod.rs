@@ -178,7 +178,8 @@ pub struct MultiPaxos {
     /// The trim bound learned from (or, at the leader, computed for) the cluster: GLE, or
     /// the quorum-executed index under quorum trim.
     gle: u64,
-    /// Slots below this may be freed (GLE / quorum trim); freed [`TRIM_STEP`] per event.
+    /// Slots below this may be freed (GLE / quorum trim, or behind a snapshot in snapshot
+    /// mode); freed [`TRIM_STEP`] per event.
     trim_to: u64,
     snapshot: Option<LocalSnapshot>,
     /// A snapshot requested from the driver: (token, index it covers, compact afterwards).
@@ -1362,7 +1363,8 @@ impl MultiPaxos {
         }
         if compact && index > self.durable_base {
             if self.trim == TrimMode::Snapshot {
-                self.log.trim_before(self.policy.trim_point(index));
+                // Freed TRIM_STEP slots per event like the other modes (`trim_step`).
+                self.trim_to = self.trim_to.max(self.policy.trim_point(index));
             }
             // In the background: the image is what is durable already plus a snapshot of
             // executed slots, which a crash may lose without harm.
