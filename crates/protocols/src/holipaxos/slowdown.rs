@@ -105,6 +105,10 @@ pub struct SlowdownDetector {
     variances: VecDeque<f64>,
     c_pos: f64,
     c_neg: f64,
+    /// Tumbling mode: where the current rise of C⁺ began (CUSUM's change-point estimate, the
+    /// last window C⁺ was 0): the executed total and sample count at that window's start,
+    /// and the throughput (ops per sample) of the window before it.
+    rise: Option<(u64, usize, f64)>,
     slow: bool,
     seen: usize,
 }
@@ -119,6 +123,7 @@ impl SlowdownDetector {
             variances: VecDeque::new(),
             c_pos: 0.0,
             c_neg: 0.0,
+            rise: None,
             slow: false,
             seen: 0,
         }
@@ -200,18 +205,39 @@ impl SlowdownDetector {
         }
         let mean_var = self.variances.iter().sum::<f64>() / self.variances.len() as f64;
         let dev = variance - mean_var;
+        let rising = self.c_pos > 0.0;
         self.c_pos = (self.c_pos + dev - self.cfg.omega).max(0.0);
         self.c_neg = (self.c_neg + dev + self.cfg.omega).min(0.0);
+        if self.c_pos == 0.0 {
+            self.rise = None;
+        } else if !rising && !self.cfg.sliding {
+            self.rise = self.window_throughputs(w).map(|(_, before)| {
+                let e = &self.executed;
+                (e[e.len() - 1 - w], self.seen - w, before)
+            });
+        }
         if self.c_pos > self.cfg.threshold {
-            // Throughput of this window against the previous one; without a full previous
-            // window the change cannot be told apart from a load increase: keep watching.
-            let tps = if self.cfg.sliding { self.throughputs(w) } else { self.window_throughputs(w) };
+            // Line 11: dismiss the change point if throughput grew with it. CUSUM crosses
+            // the threshold some windows after the change when the rise is moderate (a load
+            // step: 20 s after it in a Fig. 10(c) run), by when this window and the last are
+            // both after the change and equal; so the tumbling mode compares the throughput
+            // since the change point (where C⁺ last left 0) with the window before it.
+            // Without that history the change cannot be told apart from a load increase:
+            // keep watching.
+            let tps = if self.cfg.sliding { self.throughputs(w) } else { self.since_rise(executed_total) };
             let Some((tp, tp_last)) = tps else { return Verdict::Steady };
             self.c_pos = 0.0;
             self.c_neg = 0.0;
+            self.rise = None;
             if tp <= tp_last * (1.0 + self.cfg.tp_gain) {
                 self.slow = true;
                 return Verdict::Slow;
+            }
+            if !self.cfg.sliding {
+                // The load changed: learn the new normal variance instead of measuring the
+                // next windows against the old one (they would cross again, with no
+                // throughput change left to dismiss them).
+                self.variances.clear();
             }
             return Verdict::Busier;
         }
@@ -222,6 +248,13 @@ impl SlowdownDetector {
             return Verdict::Recovered;
         }
         Verdict::Steady
+    }
+
+    /// Throughput since the current rise of C⁺ began and of the window before it.
+    fn since_rise(&self, executed_total: u64) -> Option<(f64, f64)> {
+        let (at, seen_at, before) = self.rise?;
+        let n = self.seen.saturating_sub(seen_at).max(1);
+        Some(((executed_total - at) as f64 / n as f64, before))
     }
 
     /// Algorithm 1 line 11: TP(metrics) and TP(metrics_last), the throughput of the window
@@ -366,6 +399,24 @@ mod tests {
             (100 + 60 * step + noise(i, 10 + 20 * step), 10_000 + 4_000 * step)
         });
         assert_eq!(first, None);
+    }
+
+    #[test]
+    fn a_load_step_whose_variance_rise_is_slow_to_cross_is_still_dismissed() {
+        // Fig. 10(c) at paper scale, 75% step: the in-flight swing grows moderately with the
+        // load, CUSUM crosses ~20 s after the step, when this window and the last one are
+        // both after it (equal throughput). Measured from where C+ began to rise, the
+        // throughput grew by 25%: a busier leader, not a slower one.
+        let mut d = SlowdownDetector::new(SlowdownConfig::default());
+        let (first, seen) =
+            run(&mut d, 600, |i| if i < 300 { (50 + noise(i, 20), 6_000) } else { (50 + noise(i, 100), 7_500) });
+        assert_eq!(first, None, "verdicts: {:?}", seen.iter().filter(|v| **v != Verdict::Steady).collect::<Vec<_>>());
+        assert!(seen.contains(&Verdict::Busier), "the rise was seen and dismissed");
+        // The same rise without more throughput is a slowdown.
+        let mut d = SlowdownDetector::new(SlowdownConfig::default());
+        let (first, _) =
+            run(&mut d, 600, |i| if i < 300 { (50 + noise(i, 20), 6_000) } else { (50 + noise(i, 100), 6_000) });
+        assert!(first.is_some_and(|at| at > 300), "{first:?}");
     }
 
     #[test]
