@@ -46,10 +46,12 @@
 //!    tumbling window of 15 samples (Algorithm 1 empties `metrics` after each window;
 //!    `slowdown_sliding = on` slides it by one sample instead, which counted each stall 15
 //!    times and made healthy leaders declare in Fig. 10(c)), two-sided CUSUM (threshold
-//!    3000, ω 100 ops²); a change that comes with ≥ 10 % more throughput than the previous
-//!    window is dismissed. On a detection the leader commits an *overload declaration
-//!    marker* ([`crate::multipaxos::Marker::Overload`]) to the log. A follower executing it
-//!    whose last successful leader (the one whose Accepts it took) is the declarer, still
+//!    3000, ω 100 ops²); a change that comes with ≥ 10 % more throughput — measured from
+//!    CUSUM's change point, where C⁺ last left 0, against the window before it — is
+//!    dismissed, and the variance baseline is then re-learned at the new load. On a
+//!    detection the leader commits an *overload declaration marker*
+//!    ([`crate::multipaxos::Marker::Overload`]) to the log. A follower executing it whose
+//!    last successful leader (the one whose Accepts it took) is the declarer, still
 //!    in the declared ballot, starts one election after a random backoff — at most one
 //!    marker-triggered election per marker and node. A later leader writes a *remediation
 //!    marker* once its detector, warmed up, is calm and its in-flight variance is at most

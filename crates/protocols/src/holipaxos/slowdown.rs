@@ -1,10 +1,11 @@
 //! The leader's slowdown self-detector (HoliPaxos §3.2, Algorithm 1).
 //!
 //! Every sample period (paper: 0.5 s) the leader records how many operations are in flight
-//! (received from clients, not yet executed) and how many it has executed in total. Over
-//! the last `samples` observations (paper: 15, i.e. 7.5 s) it computes the variance of the
-//! in-flight count, pushes it to a queue of recent variances and runs a two-sided CUSUM on
-//! the deviation of the new variance from the queue's mean:
+//! (received from clients, not yet executed) and how many it has executed in total. Each
+//! time `samples` observations (paper: 15, i.e. 7.5 s) have filled a window, it computes
+//! their variance, pushes it to a queue of recent variances, runs a two-sided CUSUM on the
+//! deviation of the new variance from the queue's mean and starts a new window (tumbling
+//! windows, Algorithm 1 line 22; `sliding` moves the window by one sample instead):
 //!
 //! ```text
 //! dev = variance − mean(variance_queue)
@@ -16,7 +17,10 @@
 //! (NOTES.md: the extraction lost the signs of Algorithm 1 line 10; this is the standard
 //! two-sided CUSUM with drift ω.) Using the *variance* rather than the count keeps a steady
 //! load increase from looking like a change point; the throughput test (line 11) dismisses
-//! a rise in variance that comes with more work done. `tp_gain` is the margin by which the
+//! a rise in variance that comes with more work done: TP(recent) is the throughput since
+//! CUSUM's change point (the window where C⁺ last left 0) and TP(before) that of the window
+//! before it, because a moderate rise crosses the threshold several windows after the
+//! change, when the last two windows are both after it. `tp_gain` is the margin by which the
 //! throughput must have grown for the change to be dismissed (the paper says "a substantial
 //! increase"; 0 is the literal `TP ≤ TP_last`).
 
