@@ -391,7 +391,7 @@ impl MultiPaxos {
     /// the probe's answers arrive before the live leader's next control message does, and
     /// an immediate Prepare (with a ballot above everything the answers revealed) deposed
     /// the stable leader after every heal of a partition that had isolated a node.
-    fn note_response(&mut self, _ctx: &mut Ctx<'_>, ballot: Ballot, from: NodeId) {
+    fn note_response(&mut self, ballot: Ballot, from: NodeId) {
         let quorum = self.quorum;
         if let Some(h) = self.holi.as_mut() {
             h.churn.response(ballot, from, quorum);
@@ -521,7 +521,7 @@ impl MultiPaxos {
         if !self.members.contains(&from) {
             return;
         }
-        self.note_response(ctx, ballot, from);
+        self.note_response(ballot, from);
         self.leader_commit = self.leader_commit.max(committed);
         if self.role == Role::Candidate && ballot == self.promised {
             self.step_down(ctx, None);
@@ -539,7 +539,7 @@ impl MultiPaxos {
         accepted: Vec<AcceptedSlot>,
         trimmed: u64,
     ) {
-        self.note_response(ctx, ballot, from);
+        self.note_response(ballot, from);
         if self.role != Role::Candidate || ballot != self.promised || !self.members.contains(&from) {
             return;
         }
@@ -677,7 +677,7 @@ impl MultiPaxos {
         }
         if self.holi.is_some() {
             self.max_seen = self.max_seen.max(promised);
-            self.note_response(ctx, ballot, from);
+            self.note_response(ballot, from);
         }
         if ballot == self.promised && promised > self.promised && self.role != Role::Follower {
             self.max_seen = self.max_seen.max(promised);
