@@ -231,6 +231,7 @@ impl Client {
                 match conn.recv().await? {
                     // A late reply to an earlier request of this session: not ours.
                     ServerMsg::Reply(r) if r.client == cmd.client && r.seq == cmd.seq => return Ok::<_, ConnError>(r),
+                    ServerMsg::Refused { reason } => return Err(ConnError::Refused(reason)),
                     _ => continue,
                 }
             }
@@ -382,6 +383,7 @@ pub async fn status_of(endpoint: &str, timeout: Duration) -> Result<Status, Clie
             match conn.recv().await.map_err(|e| e.to_string())? {
                 ServerMsg::Status(s) => return Ok(s),
                 ServerMsg::Reply(_) => continue,
+                ServerMsg::Refused { reason } => return Err(format!("the replica refused the connection: {reason}")),
             }
         }
     };
@@ -426,6 +428,8 @@ enum ConnError {
     Io(#[from] std::io::Error),
     #[error("connection closed by the replica")]
     Closed,
+    #[error("the replica refused the connection: {0}")]
+    Refused(String),
     #[error("{0}")]
     Frame(#[from] FrameError),
 }

@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 /// First bytes a client sends, so a stray connection (HTTP, Redis) is recognized and closed
 /// with a clear log line instead of being parsed as frames.
 pub const CLIENT_MAGIC: &[u8; 8] = b"SYNODCL1";
-/// First bytes a peer sends, followed by a [`PeerHello`] frame.
-pub const PEER_MAGIC: &[u8; 8] = b"SYNODPR1";
+/// First bytes a peer sends, followed by a [`PeerHello`] frame. Before that, the accepting
+/// replica sends [`PEER_NONCE_BYTES`] random bytes (the challenge the hello's `mac` answers).
+pub const PEER_MAGIC: &[u8; 8] = b"SYNODPR2";
+/// Length of the accepting replica's challenge on a peer connection.
+pub const PEER_NONCE_BYTES: usize = 32;
 
 /// Client → replica.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +27,10 @@ pub enum ClientMsg {
 pub enum ServerMsg {
     Reply(Reply),
     Status(Status),
+    /// The replica refuses this connection (e.g. too many clients) and closes it.
+    Refused {
+        reason: String,
+    },
 }
 
 /// First frame on a peer connection: who is calling, and which cluster it belongs to.
@@ -35,6 +42,13 @@ pub struct PeerHello {
     /// incarnation tells the receiver that the peer restarted and its own outbound socket to
     /// it may be stale; a redial from the same incarnation (a lost connection) does not.
     pub incarnation: u64,
+    /// The replica this connection is meant for (the MAC covers it, so a hello cannot be
+    /// replayed to another member).
+    pub to: u32,
+    /// HMAC-SHA256 with the cluster secret over the challenge and the fields above; empty
+    /// when the dialer has no secret. A replica with a secret refuses a hello whose MAC is
+    /// missing or wrong (runtime `peer_auth`).
+    pub mac: Vec<u8>,
 }
 
 /// Errors while reading frames. Every one closes the connection; none panics.
@@ -74,7 +88,9 @@ pub fn take_frame(buf: &mut BytesMut, limit: usize) -> Result<Option<Bytes>, Fra
         return Err(FrameError::TooLarge { size: len, limit });
     }
     if buf.len() < 4 + len {
-        buf.reserve(4 + len - buf.len());
+        // Room grows with the bytes that actually arrive (the reader reserves as it reads),
+        // never with the announced length: a peer announcing a 64 MiB frame and sending
+        // nothing more must not make us reserve 64 MiB.
         return Ok(None);
     }
     buf.advance(4);
@@ -117,5 +133,15 @@ mod tests {
         let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff, 1, 2][..]);
         assert!(matches!(take_frame(&mut buf, 1024), Err(FrameError::TooLarge { .. })));
         assert!(decode_payload::<ClientMsg>(&[0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn an_announced_length_reserves_nothing_until_the_bytes_arrive() {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&(60u32 << 20).to_be_bytes());
+        buf.extend_from_slice(b"tiny");
+        let before = buf.capacity();
+        assert_eq!(take_frame(&mut buf, 64 << 20), Ok(None));
+        assert!(buf.capacity() <= before.max(64), "reserved {} bytes for a frame announced as 60 MiB", buf.capacity());
     }
 }

@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use std::time::{Duration, Instant};
 use synod_core::wire::PEER_MAGIC;
 use synod_runtime::transport::{self, Identity, PeerFrame};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -18,13 +19,21 @@ async fn main() {
     let size: usize = args.get(2).map_or(64, |s| s.parse().unwrap());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut tasks = JoinSet::new();
-    let identity = Identity { me: 1, cluster: "bench".into(), max_frame_bytes: 1 << 20, incarnation: 1 };
+    let identity = Identity {
+        me: 1,
+        cluster: "bench".into(),
+        max_frame_bytes: 1 << 20,
+        incarnation: 1,
+        secret: None,
+        max_connections: 16,
+    };
     let link = std::sync::Arc::new(synod_runtime::link::Link::new(1, 2));
     if let Some(mbit) = args.get(3) {
         link.set(synod_runtime::link::LinkSpec { bandwidth_mbit: Some(mbit.parse().unwrap()), ..Default::default() });
     }
     let sender = transport::spawn_outbound(&mut tasks, identity, 2, listener.local_addr().unwrap(), 7, link);
     let (mut stream, _) = listener.accept().await.unwrap();
+    stream.write_all(&[0u8; synod_core::wire::PEER_NONCE_BYTES]).await.unwrap(); // the challenge
     transport::read_magic(&mut stream, PEER_MAGIC, "peer").await.unwrap();
     let mut buf = BytesMut::new();
     transport::read_frame(&mut stream, &mut buf, 1 << 20).await.unwrap().unwrap();

@@ -11,8 +11,9 @@ use crate::client::ClientInput;
 use crate::config::Member;
 use crate::link::{FaultState, Faults, JitterDistribution, LinkSpec, Peers};
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -20,6 +21,7 @@ use serde::Deserialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 use synod_core::wire::ServerMsg;
 use synod_core::NodeId;
 use synod_core::{MemberChange, ReplyBody, Status};
@@ -32,6 +34,24 @@ pub struct AdminState {
     pub faults: Faults,
     /// Membership changes go through the node loop (None: the endpoints answer 503).
     pub control: Option<AdminControl>,
+    /// Who may call the endpoints that change the cluster.
+    pub access: AdminAccess,
+}
+
+/// Access rules of the endpoints that change the cluster (`POST /fault/*`, `/members/*`);
+/// reading endpoints are open. See docs/security.md.
+#[derive(Clone, Debug)]
+pub struct AdminAccess {
+    /// Required as `Authorization: Bearer <token>`; None = no token asked.
+    pub token: Option<Arc<str>>,
+    /// False: fault injection is switched off (403), whatever the token.
+    pub faults: bool,
+}
+
+impl Default for AdminAccess {
+    fn default() -> Self {
+        AdminAccess { token: None, faults: true }
+    }
 }
 
 /// What the membership endpoints need: the node loop's inbox (a change is an event like a
@@ -49,18 +69,51 @@ pub struct AdminControl {
 const RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn router(state: AdminState) -> Router {
+    let faults = Router::new()
+        .route("/fault/link", post(fault_link))
+        .route("/fault/heal", post(fault_heal))
+        .route("/fault/clock", post(fault_clock))
+        .route_layer(middleware::from_fn_with_state(state.clone(), faults_enabled));
+    let changes = Router::new()
+        .route("/members/add", post(members_add))
+        .route("/members/remove", post(members_remove))
+        .merge(faults)
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorized));
     Router::new()
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/health", get(|| async { "ok" }))
         .route("/fault", get(fault_state))
-        .route("/fault/link", post(fault_link))
-        .route("/fault/heal", post(fault_heal))
-        .route("/fault/clock", post(fault_clock))
         .route("/members", get(members))
-        .route("/members/add", post(members_add))
-        .route("/members/remove", post(members_remove))
+        .merge(changes)
         .with_state(state)
+}
+
+/// 401 unless the request carries the configured bearer token (compared in constant time).
+async fn authorized(State(state): State<AdminState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &state.access.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+            tracing::warn!(path = %req.uri().path(), "admin: refused a request without the right bearer token");
+            let body = "this endpoint needs `Authorization: Bearer <token>` with the admin token of the node config ([admin] token)\n";
+            return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// 403 when fault injection is switched off (`[admin] faults = false`).
+async fn faults_enabled(State(state): State<AdminState>, req: Request, next: Next) -> Response {
+    if !state.access.faults {
+        let body = "fault injection is switched off on this replica ([admin] faults = false)\n";
+        return (StatusCode::FORBIDDEN, body).into_response();
+    }
+    next.run(req).await
 }
 
 /// The protocol's status plus this node's addresses.

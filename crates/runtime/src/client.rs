@@ -60,6 +60,8 @@ pub struct ClientShared {
     pub status: watch::Receiver<Status>,
     pub metrics: NodeMetrics,
     pub next_conn: Arc<AtomicU64>,
+    /// Most client connections at once; beyond it a connection gets `ServerMsg::Refused`.
+    pub limit: crate::conn_limit::ConnLimit,
 }
 
 /// Accept client connections until the task is aborted (which closes them all).
@@ -68,10 +70,20 @@ pub async fn accept_clients(listener: TcpListener, shared: ClientShared) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, addr)) => {
+                Ok((mut stream, addr)) => {
+                    let Some(permit) = shared.limit.try_admit() else {
+                        warn!(%addr, max = shared.limit.max(), "refusing a client connection: max_connections reached");
+                        let reason = format!("max number of clients reached ({})", shared.limit.max());
+                        let frame = wire::frame(&ServerMsg::Refused { reason });
+                        tokio::spawn(async move {
+                            let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&frame)).await;
+                        });
+                        continue;
+                    };
                     let shared = shared.clone();
                     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
                     conns.spawn(async move {
+                        let _permit = permit;
                         match serve_client(stream, conn, &shared).await {
                             Ok(()) => debug!(%addr, conn, "client disconnected"),
                             Err(e) => warn!(%addr, conn, "closing client connection: {e:#}"),

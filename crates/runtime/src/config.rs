@@ -48,6 +48,70 @@ pub struct NodeConfig {
     /// `HELLO 3 AUTH default <password>`) before anything else. None = no authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// Shared secret of the cluster's replicas: a peer must prove it holds it before anything
+    /// it sends is delivered (docs/security.md). None = peers are not authenticated. Give at
+    /// most one of `cluster_secret` and `cluster_secret_file` (a file keeps it out of the
+    /// config; surrounding white space is ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// The admin HTTP endpoint's access rules (`[admin]`).
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Most simultaneous connections accepted on each listening port (peer, native client,
+    /// Redis); beyond it a new connection gets an error and is closed.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+/// `[admin]`: who may change the cluster through the admin port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Bearer token required by the endpoints that change the cluster (`/fault/*`,
+    /// `/members/add|remove`): `Authorization: Bearer <token>`. None = no token asked
+    /// (only for development clusters on a trusted host). Reading endpoints (`/status`,
+    /// `/metrics`, `/health`, `GET /fault`, `GET /members`) stay open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// Fault injection (`POST /fault/*`): false turns it off entirely (production).
+    #[serde(default = "default_true")]
+    pub faults: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { token: None, token_file: None, faults: true }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_max_connections() -> usize {
+    NodeConfig::DEFAULT_MAX_CONNECTIONS
+}
+
+/// Read a secret given inline or as a file (one of them at most).
+fn secret_from(inline: &Option<String>, file: &Option<PathBuf>, what: &str) -> Result<Option<Vec<u8>>, ConfigError> {
+    match (inline, file) {
+        (Some(_), Some(_)) => Err(ConfigError::Invalid(format!("give {what} or {what}_file, not both"))),
+        (Some(s), None) => Ok(Some(s.as_bytes().to_vec())),
+        (None, Some(path)) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+            let text = text.trim();
+            if text.is_empty() {
+                return Err(ConfigError::Invalid(format!("{what}_file {} is empty", path.display())));
+            }
+            Ok(Some(text.as_bytes().to_vec()))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// One replica and where to reach it.
@@ -90,6 +154,9 @@ pub enum ConfigError {
 }
 
 impl NodeConfig {
+    /// `max_connections` when the config does not say.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
     /// Parse and validate a TOML document.
     pub fn from_toml_str(s: &str) -> Result<NodeConfig, ConfigError> {
         let config: NodeConfig = toml::from_str(s).map_err(|e| ConfigError::Parse(e.to_string()))?;
@@ -155,10 +222,34 @@ impl NodeConfig {
         if self.password.as_deref() == Some("") {
             return invalid("password must not be empty (leave it out to disable authentication)".into());
         }
+        if self.cluster_secret.as_deref().is_some_and(|s| s.len() < 16) {
+            return invalid("cluster_secret must be at least 16 characters (e.g. `openssl rand -hex 32`)".into());
+        }
+        if self.admin.token.as_deref() == Some("") {
+            return invalid("admin.token must not be empty (leave it out to disable it)".into());
+        }
+        if self.max_connections == 0 {
+            return invalid("max_connections must be at least 1".into());
+        }
         if !self.in_memory && self.data_dir.is_none() {
             return invalid("data_dir is required unless in_memory = true".into());
         }
         Ok(())
+    }
+
+    /// The cluster secret (inline or from its file), if peers are authenticated.
+    pub fn cluster_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        let secret = secret_from(&self.cluster_secret, &self.cluster_secret_file, "cluster_secret")?;
+        if secret.as_ref().is_some_and(|s| s.len() < 16) {
+            return Err(ConfigError::Invalid("cluster_secret must be at least 16 characters".into()));
+        }
+        Ok(secret)
+    }
+
+    /// The admin token (inline or from its file), if the admin port asks for one.
+    pub fn admin_token(&self) -> Result<Option<String>, ConfigError> {
+        let token = secret_from(&self.admin.token, &self.admin.token_file, "admin.token")?;
+        Ok(token.map(|t| String::from_utf8_lossy(&t).into_owned()))
     }
 
     /// This replica's entry in `members` (call after validation).

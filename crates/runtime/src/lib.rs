@@ -8,15 +8,17 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+pub mod conn_limit;
 pub mod link;
 pub mod metrics;
 pub mod node;
+pub mod peer_auth;
 pub mod resp;
 pub mod storage;
 pub mod timers;
 pub mod transport;
 
-pub use config::{ConfigError, Member, NodeConfig};
+pub use config::{AdminConfig, ConfigError, Member, NodeConfig};
 
 use anyhow::{anyhow, Context as _};
 use std::collections::HashMap;
@@ -122,6 +124,8 @@ pub async fn run_protocol(
         cluster: config.cluster.clone(),
         max_frame_bytes: config.limits.max_frame_bytes,
         incarnation: transport::new_incarnation(),
+        secret: config.cluster_secret()?.map(|s| peer_auth::Secret::new(&s)),
+        max_connections: config.max_connections,
     };
 
     let mut tasks = JoinSet::new();
@@ -170,6 +174,7 @@ pub async fn run_protocol(
             status: status_rx.clone(),
             metrics: node_metrics.clone(),
             next_conn,
+            limit: conn_limit::ConnLimit::new(config.max_connections),
         },
     ));
     let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);
@@ -177,8 +182,13 @@ pub async fn run_protocol(
     driver.set_peer_set(transport::PeerSet::new(identity, seed, configured, inbound, current_members));
     // The fault API moves the offset of the clock the node loop reads.
     let faults = link::Faults::with_links(config.id, links, driver.clock().clone());
-    let router =
-        admin::router(admin::AdminState { me: me.clone(), status: status_rx, faults, control: Some(admin_control) });
+    let router = admin::router(admin::AdminState {
+        me: me.clone(),
+        status: status_rx,
+        faults,
+        control: Some(admin_control),
+        access: admin::AdminAccess { token: config.admin_token()?.map(Arc::from), faults: config.admin.faults },
+    });
     tasks.spawn(async move {
         if let Err(e) = axum::serve(admin_listener, router).await {
             tracing::error!("admin HTTP server failed: {e}");

@@ -568,6 +568,7 @@ mod tests {
             match m {
                 ServerMsg::Reply(r) => j.push(format!("reply {} {:?}", r.seq, r.body)),
                 ServerMsg::Status(_) => j.push("status".into()),
+                ServerMsg::Refused { reason } => j.push(format!("refused {reason}")),
             }
         }
     }

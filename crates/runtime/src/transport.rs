@@ -18,11 +18,15 @@
 //! link is normal and its emulated queue empty, the task checks one atomic flag per batch and
 //! otherwise runs exactly as without emulation.
 //!
-//! Inbound: `PEER_MAGIC`, a `PeerHello` naming the cluster and the sender, then [`PeerFrame`]s.
-//! Anything unexpected closes that one connection with a warning.
+//! Handshake: the accepting side sends a random challenge; the dialer answers `PEER_MAGIC` and
+//! a `PeerHello` naming the cluster, the sender and the receiver, with an HMAC over the
+//! challenge when a cluster secret is configured ([`crate::peer_auth`]); then [`PeerFrame`]s.
+//! Anything unexpected (including a failed authentication) closes that one connection with a
+//! warning, before anything from it reaches the protocol.
 
 use crate::link::{Emulator, Link};
 use crate::metrics::PeerMetrics;
+use crate::peer_auth::{self, Secret};
 use anyhow::{anyhow, bail, Context as _};
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -30,7 +34,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
-use synod_core::wire::{self, PeerHello, PEER_MAGIC};
+use synod_core::wire::{self, PeerHello, PEER_MAGIC, PEER_NONCE_BYTES};
 use synod_core::{MemberInfo, NodeId, Time};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -94,6 +98,11 @@ pub struct Identity {
     pub max_frame_bytes: usize,
     /// This process's incarnation, sent in every hello (see [`PeerHello::incarnation`]).
     pub incarnation: u64,
+    /// The cluster secret: peers must prove they hold it ([`crate::peer_auth`]). None = no
+    /// peer authentication.
+    pub secret: Option<Secret>,
+    /// Most inbound peer connections at once (beyond: refused and closed).
+    pub max_connections: usize,
 }
 
 /// A fresh incarnation number for a replica starting now: never 0, different across restarts.
@@ -216,11 +225,13 @@ async fn outbound(
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u64;
     let mut restarts = restart_signal(&identity.cluster, identity.me, peer).subscribe();
-    let hello = wire::frame(&PeerHello {
+    let mut hello = PeerHello {
         cluster: identity.cluster.clone(),
         from: identity.me,
         incarnation: identity.incarnation,
-    });
+        to: peer,
+        mac: Vec::new(),
+    };
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         let mut stream = match TcpStream::connect(addr).await {
@@ -239,9 +250,27 @@ async fn outbound(
         // Restarts the peer announced before this connection existed do not concern it.
         restarts.borrow_and_update();
         let _ = stream.set_nodelay(true);
+        // The peer's challenge first; the hello answers it.
+        let mut challenge = [0u8; PEER_NONCE_BYTES];
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut challenge)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                debug!(peer, %addr, "peer handshake failed (no challenge): {e}");
+                sleep_backoff(&mut backoff, &mut rng).await;
+                continue;
+            }
+            Err(_) => {
+                warn!(peer, %addr, "peer sent no handshake challenge within {HANDSHAKE_TIMEOUT:?}; reconnecting");
+                continue;
+            }
+        }
+        hello.mac = match &identity.secret {
+            Some(secret) => peer_auth::mac(secret, &challenge, &hello),
+            None => Vec::new(),
+        };
         buf.clear();
         buf.extend_from_slice(PEER_MAGIC);
-        buf.extend_from_slice(&hello);
+        buf.extend_from_slice(&wire::frame(&hello));
         if let Err(e) = stream.write_all(&buf).await {
             debug!(peer, %addr, "peer handshake failed: {e}");
             tokio::time::sleep(backoff).await;
@@ -395,12 +424,19 @@ pub async fn accept_peers(
     inbox: mpsc::Sender<Incoming>,
 ) {
     let mut conns = JoinSet::new();
+    let limit = crate::conn_limit::ConnLimit::new(identity.max_connections);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, addr)) => {
+                    let Some(permit) = limit.try_admit() else {
+                        warn!(%addr, max = limit.max(), "refusing a peer connection: max_connections reached");
+                        drop(stream);
+                        continue;
+                    };
                     let (identity, members, inbox) = (identity.clone(), members.clone(), inbox.clone());
                     conns.spawn(async move {
+                        let _permit = permit;
                         match serve_peer(stream, &identity, &members, inbox).await {
                             Ok(from) => debug!(%addr, from, "peer connection closed"),
                             Err(e) => warn!(%addr, "closing peer connection: {e:#}"),
@@ -426,7 +462,9 @@ async fn serve_peer(
 ) -> anyhow::Result<NodeId> {
     let _ = stream.set_nodelay(true);
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    let challenge = peer_auth::new_challenge();
     let hello = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        stream.write_all(&challenge).await.context("cannot send the handshake challenge")?;
         read_magic(&mut stream, PEER_MAGIC, "peer").await?;
         let frame = read_frame(&mut stream, &mut buf, identity.max_frame_bytes)
             .await?
@@ -438,6 +476,7 @@ async fn serve_peer(
     if hello.cluster != identity.cluster {
         bail!("peer {} belongs to cluster {:?}, this node to {:?}", hello.from, hello.cluster, identity.cluster);
     }
+    peer_auth::verify(identity.secret.as_ref(), identity.me, &challenge, &hello)?;
     let from = hello.from;
     let member = members.read().expect("peer directory lock").get(&from).cloned();
     let Some(metrics) = member.filter(|_| from != identity.me) else {
@@ -525,7 +564,14 @@ mod tests {
     }
 
     fn test_identity(me: NodeId, cluster: &str) -> Identity {
-        Identity { me, cluster: cluster.to_owned(), max_frame_bytes: 1 << 16, incarnation: 100 + me as u64 }
+        Identity {
+            me,
+            cluster: cluster.to_owned(),
+            max_frame_bytes: 1 << 16,
+            incarnation: 100 + me as u64,
+            secret: None,
+            max_connections: 64,
+        }
     }
 
     /// Accept one connection within a generous deadline and check its preamble.
@@ -534,6 +580,7 @@ mod tests {
             .await
             .expect("the outbound task dials within 5s")
             .unwrap();
+        stream.write_all(&[0u8; PEER_NONCE_BYTES]).await.unwrap();
         read_magic(&mut stream, PEER_MAGIC, "peer").await.unwrap();
         stream
     }
@@ -553,7 +600,7 @@ mod tests {
         let hello = read_frame(&mut second, &mut buf, 1 << 16).await.unwrap().unwrap();
         assert_eq!(
             wire::decode_payload::<PeerHello>(&hello).unwrap(),
-            PeerHello { cluster: "redial-on-eof".into(), from: 1, incarnation: 101 }
+            PeerHello { cluster: "redial-on-eof".into(), from: 1, incarnation: 101, to: 2, mac: Vec::new() }
         );
     }
 
@@ -586,7 +633,13 @@ mod tests {
             let mut dial_in = TcpStream::connect(our_addr).await.unwrap();
             let mut preamble = BytesMut::new();
             preamble.extend_from_slice(PEER_MAGIC);
-            preamble.extend_from_slice(&wire::frame(&PeerHello { cluster: cluster.into(), from: 2, incarnation }));
+            preamble.extend_from_slice(&wire::frame(&PeerHello {
+                cluster: cluster.into(),
+                from: 2,
+                incarnation,
+                to: 1,
+                mac: Vec::new(),
+            }));
             let frame = PeerFrame { sent_at: seq, msg: Bytes::from_static(b"ping") };
             encode_frame(&mut preamble, &frame, 1 << 16, 1);
             dial_in.write_all(&preamble).await.unwrap();
@@ -617,5 +670,54 @@ mod tests {
         let mut stale_buf = BytesMut::new();
         read_frame(&mut stale, &mut stale_buf, 1 << 16).await.unwrap().unwrap(); // hello
         assert!(read_frame(&mut stale, &mut stale_buf, 1 << 16).await.unwrap().is_none());
+    }
+
+    /// A replica with a cluster secret delivers frames only from a dialer that answered its
+    /// challenge with the right MAC: a forged hello (right cluster name and a member's id,
+    /// as an outsider who knows the config would send) is refused and nothing it sends
+    /// reaches the inbox; our own outbound task, holding the secret, gets through.
+    #[tokio::test]
+    async fn a_peer_without_the_cluster_secret_is_refused() {
+        let cluster = "authenticated";
+        let secret = Secret::new(b"the cluster secret");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let members = Arc::new(RwLock::new(HashMap::from([(2, PeerMetrics::new(1, 2))])));
+        let (inbox_tx, mut inbox_rx) = mpsc::channel(16);
+        let mut tasks = JoinSet::new();
+        let receiver = Identity { secret: Some(secret.clone()), ..test_identity(1, cluster) };
+        tasks.spawn(accept_peers(listener, receiver, members, inbox_tx));
+
+        for mac in [
+            Vec::new(),
+            vec![0u8; 32],
+            peer_auth::mac(
+                &Secret::new(b"guess"),
+                &[0; 32],
+                &PeerHello { cluster: cluster.into(), from: 2, incarnation: 9, to: 1, mac: Vec::new() },
+            ),
+        ] {
+            let mut impostor = TcpStream::connect(addr).await.unwrap();
+            let mut challenge = [0u8; PEER_NONCE_BYTES];
+            impostor.read_exact(&mut challenge).await.unwrap();
+            let mut preamble = BytesMut::new();
+            preamble.extend_from_slice(PEER_MAGIC);
+            let hello = PeerHello { cluster: cluster.into(), from: 2, incarnation: 9, to: 1, mac };
+            preamble.extend_from_slice(&wire::frame(&hello));
+            encode_frame(&mut preamble, &PeerFrame { sent_at: 1, msg: Bytes::from_static(b"forged") }, 1 << 16, 1);
+            let _ = impostor.write_all(&preamble).await;
+            // The replica closes the connection without delivering anything.
+            let mut rest = Vec::new();
+            let closed = tokio::time::timeout(Duration::from_secs(5), impostor.read_to_end(&mut rest)).await;
+            assert!(closed.is_ok(), "the impostor's connection is closed");
+            assert!(inbox_rx.try_recv().is_err(), "nothing from an unauthenticated peer is delivered");
+        }
+
+        // The real peer 2 holds the secret: its frames are delivered.
+        let dialer = Identity { secret: Some(secret), ..test_identity(2, cluster) };
+        let sender = spawn_outbound(&mut tasks, dialer, 1, addr, 7, Arc::new(Link::new(2, 1)));
+        sender.send(PeerFrame { sent_at: 42, msg: Bytes::from_static(b"real") });
+        let got = tokio::time::timeout(Duration::from_secs(5), inbox_rx.recv()).await.unwrap().unwrap();
+        assert_eq!((got.from, got.sent_at, &got.msg[..]), (2, Time(42), &b"real"[..]));
     }
 }

@@ -155,12 +155,20 @@ async fn garbage_closes_only_that_connection() {
         (
             "peer: wrong cluster",
             peer,
-            [&PEER_MAGIC[..], &wire::frame(&PeerHello { cluster: "other".into(), from: 2, incarnation: 1 })].concat(),
+            [
+                &PEER_MAGIC[..],
+                &wire::frame(&PeerHello { cluster: "other".into(), from: 2, incarnation: 1, to: 1, mac: Vec::new() }),
+            ]
+            .concat(),
         ),
         (
             "peer: unknown id",
             peer,
-            [&PEER_MAGIC[..], &wire::frame(&PeerHello { cluster: "synod".into(), from: 42, incarnation: 1 })].concat(),
+            [
+                &PEER_MAGIC[..],
+                &wire::frame(&PeerHello { cluster: "synod".into(), from: 42, incarnation: 1, to: 1, mac: Vec::new() }),
+            ]
+            .concat(),
         ),
         ("client: not the magic", client, b"*1\r\n$4\r\nPING\r\n".to_vec()),
         ("client: oversized frame", client, [&CLIENT_MAGIC[..], &[0x7f, 0xff, 0xff, 0xff]].concat()),

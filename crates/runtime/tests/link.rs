@@ -18,6 +18,7 @@ use synod_runtime::link::{Link, LinkSpec};
 use synod_runtime::node::Clock;
 use synod_runtime::transport::{self, Identity, PeerFrame, PeerSender};
 use synod_wal::FsyncMode;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -42,11 +43,19 @@ impl Pair {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut tasks = JoinSet::new();
         let link = Arc::new(Link::new(1, 2));
-        let identity = Identity { me: 1, cluster: cluster.into(), max_frame_bytes: MAX_FRAME, incarnation: 1 };
+        let identity = Identity {
+            me: 1,
+            cluster: cluster.into(),
+            max_frame_bytes: MAX_FRAME,
+            incarnation: 1,
+            secret: None,
+            max_connections: 16,
+        };
         let sender =
             transport::spawn_outbound(&mut tasks, identity, 2, listener.local_addr().unwrap(), 7, link.clone());
         let (mut stream, _) =
             tokio::time::timeout(Duration::from_secs(5), listener.accept()).await.expect("dialed").unwrap();
+        stream.write_all(&[0u8; synod_core::wire::PEER_NONCE_BYTES]).await.unwrap(); // the challenge
         transport::read_magic(&mut stream, PEER_MAGIC, "peer").await.unwrap();
         let mut buf = BytesMut::new();
         let hello = transport::read_frame(&mut stream, &mut buf, MAX_FRAME).await.unwrap().unwrap();

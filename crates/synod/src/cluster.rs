@@ -104,6 +104,13 @@ pub struct NodeEntry {
     pub starts: u32,
 }
 
+impl NodeEntry {
+    /// The admin bearer token from this node's config file, if it has one.
+    pub fn admin_token(&self) -> Option<String> {
+        NodeConfig::load(&self.config).ok().and_then(|c| c.admin_token().ok().flatten())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeState {
@@ -582,6 +589,10 @@ fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)>), String>
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let dir = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut configs = Vec::new();
+    // Every local cluster gets its own peer secret and admin token (docs/security.md): the
+    // default is authenticated, and `synod fault` reads the token from the node configs.
+    let cluster_secret = synod_runtime::peer_auth::random_hex(32);
+    let admin_token = synod_runtime::peer_auth::random_hex(24);
     for m in &members {
         let config = NodeConfig {
             id: m.id,
@@ -595,6 +606,10 @@ fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)>), String>
             limits: synod_core::Limits::default(),
             log_level: Some(spec.log_level.clone()),
             password: None,
+            cluster_secret: Some(cluster_secret.clone()),
+            cluster_secret_file: None,
+            admin: synod_runtime::AdminConfig { token: Some(admin_token.clone()), ..Default::default() },
+            max_connections: synod_runtime::NodeConfig::DEFAULT_MAX_CONNECTIONS,
         };
         config.validate().map_err(|e| e.to_string())?;
         let text = toml::to_string(&config).map_err(|e| format!("cannot render the config of node {}: {e}", m.id))?;

@@ -673,6 +673,7 @@ pub fn change_membership(c: &ClusterFile, body: &Value, op: &str) -> Result<Stri
                 n.admin_addr,
                 &format!("/members/{op}"),
                 &body.to_string(),
+                n.admin_token().as_deref(),
                 Duration::from_secs(12),
             ) {
                 Ok((200, _)) => return Ok(format!("membership: {op} {body} committed (leader node {})", n.id)),
@@ -914,8 +915,13 @@ fn apply_links(
 }
 
 fn admin_post(n: &NodeEntry, path: &str, body: &Value) -> Result<(), String> {
-    match crate::http::post_json(n.admin_addr, path, &body.to_string(), HTTP_TIMEOUT) {
+    match crate::http::post_json(n.admin_addr, path, &body.to_string(), n.admin_token().as_deref(), HTTP_TIMEOUT) {
         Ok((200..=299, _)) => Ok(()),
+        Ok((401, _)) => Err(format!(
+            "POST http://{}{path}: 401, the replica wants the admin token of its config ({}: [admin] token)",
+            n.admin_addr,
+            n.config.display()
+        )),
         Ok((404, _)) => Err(format!(
             "POST http://{}{path}: 404, this replica's runtime has no fault API (built before link emulation?)",
             n.admin_addr

@@ -8,12 +8,19 @@ use std::time::Duration;
 
 /// GET `path` from `addr`; returns the status code and the body.
 pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
-    request(addr, "GET", path, None, timeout)
+    request(addr, "GET", path, None, None, timeout)
 }
 
-/// POST a JSON `body` to `path` on `addr`; returns the status code and the body.
-pub fn post_json(addr: SocketAddr, path: &str, body: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
-    request(addr, "POST", path, Some(body), timeout)
+/// POST a JSON `body` to `path` on `addr`, with the admin bearer `token` if there is one;
+/// returns the status code and the body.
+pub fn post_json(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    request(addr, "POST", path, Some(body), token, timeout)
 }
 
 fn request(
@@ -21,12 +28,16 @@ fn request(
     method: &str,
     path: &str,
     body: Option<&str>,
+    token: Option<&str>,
     timeout: Duration,
 ) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut req = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
     if let Some(b) = body {
         req.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()));
     }

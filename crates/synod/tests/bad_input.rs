@@ -68,6 +68,8 @@ async fn garbage_and_oversized_frames_close_the_connection_only() {
             cluster: "another-cluster".into(),
             from: 2,
             incarnation: 1,
+            to: 1,
+            mac: Vec::new(),
         }));
         assert_closed_after(&peer_addr, &wrong_cluster, "peer hello of another cluster").await;
         let mut bad_after_hello = PEER_MAGIC.to_vec();
@@ -76,6 +78,8 @@ async fn garbage_and_oversized_frames_close_the_connection_only() {
             cluster: "synod-test".into(),
             from,
             incarnation: 1,
+            to: 1,
+            mac: Vec::new(),
         }));
         bad_after_hello.extend_from_slice(&length_prefix(limit + 1));
         assert_closed_after(&peer_addr, &bad_after_hello, "oversized frame after a valid peer hello").await;

@@ -156,6 +156,7 @@ async fn serve(
                                 }
                             }
                             Ok(ServerMsg::Status(_)) => {}
+                            Ok(ServerMsg::Refused { reason }) => return format!("{addr} refused the connection: {reason}"),
                             Err(e) => return format!("bad reply from {addr}: {e}"),
                         },
                         Ok(None) => break,

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use synod_core::{Limits, NodeId, Status};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -70,6 +71,8 @@ pub struct RespShared {
     pub give_up_after: Duration,
     /// One attempt (local submit or forward) without an answer for this long is retried.
     pub attempt_timeout: Duration,
+    /// Most RESP connections at once; beyond it Redis's `-ERR max number of clients reached`.
+    pub limit: crate::conn_limit::ConnLimit,
 }
 
 impl RespShared {
@@ -102,6 +105,7 @@ impl RespShared {
             started: Instant::now(),
             give_up_after: Duration::from_secs(20),
             attempt_timeout: Duration::from_secs(2),
+            limit: crate::conn_limit::ConnLimit::new(config.max_connections),
         }
     }
 }
@@ -113,10 +117,20 @@ pub async fn serve(listener: TcpListener, shared: RespShared) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, addr)) => {
+                Ok((mut stream, addr)) => {
+                    let Some(permit) = shared.limit.try_admit() else {
+                        // Redis's own answer and behaviour (maxclients): the error, then close.
+                        warn!(%addr, max = shared.limit.max(), "refusing a RESP connection: max_connections reached");
+                        tokio::spawn(async move {
+                            let reply = b"-ERR max number of clients reached\r\n";
+                            let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply)).await;
+                        });
+                        continue;
+                    };
                     let shared = shared.clone();
                     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
                     conns.spawn(async move {
+                        let _permit = permit;
                         shared.stats.connected.fetch_add(1, Ordering::Relaxed);
                         shared.stats.total_connections.fetch_add(1, Ordering::Relaxed);
                         match conn::serve(stream, addr, id, &shared).await {

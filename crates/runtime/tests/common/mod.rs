@@ -131,6 +131,7 @@ impl RawClient {
         match self.recv(timeout).await? {
             ServerMsg::Reply(r) => Some(r),
             ServerMsg::Status(s) => panic!("status instead of a reply: {s:?}"),
+            ServerMsg::Refused { reason } => panic!("connection refused: {reason}"),
         }
     }
 

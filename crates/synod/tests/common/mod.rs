@@ -73,6 +73,10 @@ impl Cluster {
                     // SYNOD_TEST_LOG=debug (say) for more detail in the logs printed on failure.
                     log_level: Some(std::env::var("SYNOD_TEST_LOG").unwrap_or_else(|_| "info".into())),
                     password: None,
+                    cluster_secret: None,
+                    cluster_secret_file: None,
+                    admin: Default::default(),
+                    max_connections: NodeConfig::DEFAULT_MAX_CONNECTIONS,
                 };
                 tweak(&mut c);
                 c.validate().unwrap();
