@@ -133,3 +133,43 @@ async fn port_in_use_names_the_address_and_listener() {
     assert!(msg.contains("client listener"), "{msg}");
     assert!(msg.contains(&addr.to_string()), "{msg}");
 }
+
+#[test]
+fn security_settings_are_checked() {
+    // Top-level keys go before the first table of the sample.
+    let with = |top: &str| format!("{top}\n{}", sample_text());
+    let ok = NodeConfig::from_toml_str(&with("cluster_secret = \"0123456789abcdef0123\"")).unwrap();
+    assert_eq!(ok.cluster_secret().unwrap().as_deref(), Some(&b"0123456789abcdef0123"[..]));
+    assert_eq!(ok.max_connections, NodeConfig::DEFAULT_MAX_CONNECTIONS);
+    assert!(ok.admin.faults, "fault injection defaults to on (development clusters)");
+    assert_eq!(ok.admin_token().unwrap(), None);
+
+    let e = error_of(&with("cluster_secret = \"short\""));
+    assert!(e.contains("cluster_secret must be at least 16 characters"), "{e}");
+    let e = error_of(&with("max_connections = 0"));
+    assert!(e.contains("max_connections"), "{e}");
+    let e = error_of(&format!("{}\n[admin]\ntoken = \"\"\n", sample_text()));
+    assert!(e.contains("admin.token must not be empty"), "{e}");
+    let e = error_of(&format!("{}\n[admin]\ntokn = \"x\"\n", sample_text()));
+    assert!(e.contains("tokn"), "{e}");
+
+    // Secrets from files: trimmed, refused when empty, named when missing, not both ways.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secret");
+    std::fs::write(&file, "  from-a-file-0123456789  \n").unwrap();
+    let c = NodeConfig::from_toml_str(&with(&format!("cluster_secret_file = {:?}", file.display().to_string()))).unwrap();
+    assert_eq!(c.cluster_secret().unwrap().as_deref(), Some(&b"from-a-file-0123456789"[..]));
+    std::fs::write(&file, "\n").unwrap();
+    assert!(c.cluster_secret().unwrap_err().to_string().contains("is empty"));
+    let missing = NodeConfig::from_toml_str(&with("cluster_secret_file = \"/nonexistent/secret\"")).unwrap();
+    assert!(missing.cluster_secret().unwrap_err().to_string().contains("/nonexistent/secret"));
+    let both = NodeConfig::from_toml_str(&with(&format!(
+        "cluster_secret = \"0123456789abcdef0123\"\ncluster_secret_file = {:?}",
+        file.display().to_string()
+    )))
+    .unwrap();
+    assert!(both.cluster_secret().unwrap_err().to_string().contains("not both"));
+    let t = NodeConfig::from_toml_str(&format!("{}\n[admin]\ntoken = \"tok\"\nfaults = false\n", sample_text())).unwrap();
+    assert_eq!(t.admin_token().unwrap().as_deref(), Some("tok"));
+    assert!(!t.admin.faults);
+}
