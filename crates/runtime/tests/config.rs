@@ -157,7 +157,8 @@ fn security_settings_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("secret");
     std::fs::write(&file, "  from-a-file-0123456789  \n").unwrap();
-    let c = NodeConfig::from_toml_str(&with(&format!("cluster_secret_file = {:?}", file.display().to_string()))).unwrap();
+    let c =
+        NodeConfig::from_toml_str(&with(&format!("cluster_secret_file = {:?}", file.display().to_string()))).unwrap();
     assert_eq!(c.cluster_secret().unwrap().as_deref(), Some(&b"from-a-file-0123456789"[..]));
     std::fs::write(&file, "\n").unwrap();
     assert!(c.cluster_secret().unwrap_err().to_string().contains("is empty"));
@@ -169,7 +170,8 @@ fn security_settings_are_checked() {
     )))
     .unwrap();
     assert!(both.cluster_secret().unwrap_err().to_string().contains("not both"));
-    let t = NodeConfig::from_toml_str(&format!("{}\n[admin]\ntoken = \"tok\"\nfaults = false\n", sample_text())).unwrap();
+    let t =
+        NodeConfig::from_toml_str(&format!("{}\n[admin]\ntoken = \"tok\"\nfaults = false\n", sample_text())).unwrap();
     assert_eq!(t.admin_token().unwrap().as_deref(), Some("tok"));
     assert!(!t.admin.faults);
 }
