@@ -12,6 +12,9 @@ pub mod registry;
 #[cfg(test)]
 mod testnet;
 
+#[cfg(test)]
+mod decode_tests;
+
 /// Deliberately broken protocol variants, registered only for the mutation tests that prove
 /// the checkers can fail. Never reachable from the CLI.
 #[cfg(feature = "mutants")]

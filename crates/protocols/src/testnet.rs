@@ -171,6 +171,11 @@ impl Net {
         while let Some((from, to, msg)) = self.queue.pop_front() {
             budget -= 1;
             assert!(budget > 0, "message storm");
+            // Like the runtime and the simulator: a send to a node that does not exist is
+            // dropped (a malformed message may name one).
+            if to == 0 || Self::idx(to) >= self.nodes.len() {
+                continue;
+            }
             if !self.nodes[Self::idx(to)].up || !self.nodes[Self::idx(from)].up || (self.drop)(from, to, &msg) {
                 continue;
             }

@@ -1057,6 +1057,7 @@ impl MultiPaxos {
     }
 
     fn on_catchup_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, entries: Vec<(u64, Value)>, commit_upto: u64) {
+        let before = self.log.committed_prefix();
         let mut records = Vec::new();
         for (slot, value) in entries {
             if self.log.is_committed(slot) {
@@ -1070,7 +1071,12 @@ impl MultiPaxos {
             self.persist(ctx, &records);
         }
         self.leader_commit = self.leader_commit.max(commit_upto);
-        self.catchup_pending_until = Time::ZERO;
+        // Ask for the next chunk at once only if this one moved the committed prefix: a
+        // response that filled nothing below a gap (e.g. the responder lacks the slot too)
+        // waits for the pending timeout instead of ping-ponging at one instant.
+        if self.log.committed_prefix() > before {
+            self.catchup_pending_until = Time::ZERO;
+        }
         self.execute(ctx);
         if self.role == Role::Follower {
             self.request_catchup(ctx, from);
