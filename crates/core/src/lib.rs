@@ -8,6 +8,7 @@
 
 pub mod ballot;
 pub mod batch;
+pub mod erasure;
 pub mod kv;
 pub mod log;
 pub mod params;
