@@ -5,6 +5,7 @@
 //! here and call its constructor.
 
 pub mod holipaxos;
+pub mod mencius;
 pub mod multipaxos;
 pub mod raft;
 pub mod registry;
@@ -33,6 +34,13 @@ pub mod mutants {
             description: "Raft granting votes without the up-to-date log check (§5.4.1)",
             leader_based: true,
             build: crate::raft::build_no_log_check,
+        },
+        ProtocolInfo {
+            name: "mencius-revoke-without-prepare",
+            description:
+                "Mencius revoking a suspect's slots with no-ops without phase 1 (may overwrite a chosen value)",
+            leader_based: false,
+            build: crate::mencius::mutants::build_revoke_without_prepare,
         },
         ProtocolInfo {
             name: "multipaxos-early-exec",

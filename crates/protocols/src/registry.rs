@@ -53,6 +53,12 @@ static REGISTRY: &[ProtocolInfo] = &[
         leader_based: true,
         build: crate::raft::build_plus,
     },
+    ProtocolInfo {
+        name: "mencius",
+        description: "Mencius: rotating slot owners (Coordinated Paxos), skips, revocation of a suspect's slots; clients use any replica",
+        leader_based: false,
+        build: crate::mencius::build,
+    },
 ];
 
 /// Every registered protocol.

@@ -1,0 +1,70 @@
+//! Scenario tests of Mencius's rules on the deterministic test network.
+
+use super::*;
+use crate::testnet::{get, put, value, Net};
+
+fn net(n: u32) -> Net {
+    let mut net = Net::new(n, build);
+    net.run_for(Duration::from_millis(500));
+    net
+}
+
+#[test]
+fn any_replica_proposes_in_its_own_slots_and_idle_ones_skip() {
+    let mut net = net(3);
+    // Node 3 proposes; it owns slots 3, 6, …; nodes 1 and 2 skip 1 and 2 (Rule 2).
+    net.request(3, 7, 1, put("a", "1"));
+    net.run_for(Duration::from_millis(200));
+    assert_eq!(net.reply_for(7, 1), Some(&ReplyBody::Done(synod_core::OpResult::Done)));
+    net.request(1, 8, 1, get("a"));
+    net.run_for(Duration::from_millis(200));
+    assert_eq!(net.reply_for(8, 1), Some(&value("1")));
+    for id in 1..=3 {
+        assert!(net.executed(id) >= 2, "n{id} executed {}", net.executed(id));
+    }
+    net.assert_agreement();
+}
+
+#[test]
+fn a_crashed_owner_is_revoked_and_the_others_keep_executing() {
+    let mut net = net(3);
+    net.request(1, 7, 1, put("a", "1"));
+    net.run_for(Duration::from_millis(200));
+    net.crash(2);
+    // Node 2's slots stop being skipped by it; node 3 (its successor in the ring) revokes.
+    for seq in 2..=6 {
+        let at = if seq % 2 == 0 { 1 } else { 3 };
+        net.request(at, 7, seq, put("a", &seq.to_string()));
+        net.run_for(Duration::from_millis(300));
+    }
+    net.run_for(Duration::from_secs(3));
+    for seq in 2..=6 {
+        assert!(net.reply_for(7, seq).is_some(), "request {seq} answered with node 2 down");
+    }
+    let revoked: u64 =
+        [1, 3].iter().map(|&i| net.node(i).p.status().extra["revocations"].parse::<u64>().unwrap()).sum();
+    assert!(revoked >= 1, "someone revoked node 2's slots");
+    // Node 2 returns, learns what was decided (including its revoked slots) and proposes again.
+    net.restart(2);
+    net.run_for(Duration::from_secs(2));
+    net.request(2, 9, 1, get("a"));
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.reply_for(9, 1), Some(&value("6")));
+    net.assert_agreement();
+}
+
+#[test]
+fn a_revocation_keeps_a_value_the_slow_owner_got_chosen() {
+    let mut net = net(3);
+    // Node 1's Accept for its slot reaches node 2 only; its commit is lost (node 1 crashes).
+    net.drop = Box::new(|from, to, msg| from == 1 && (to == 3 || matches!(decode::<Msg>(msg), Ok(Msg::Commit { .. }))));
+    net.request(1, 7, 1, put("k", "chosen"));
+    net.run_for(Duration::from_millis(50));
+    net.crash(1);
+    net.drop = Box::new(|_, _, _| false);
+    net.request(3, 8, 1, get("k"));
+    net.run_for(Duration::from_secs(4));
+    // The value node 1 and node 2 accepted (a majority: chosen) survives the revocation.
+    assert_eq!(net.reply_for(8, 1), Some(&value("chosen")));
+    net.assert_agreement();
+}
