@@ -73,6 +73,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/fault/link", post(fault_link))
         .route("/fault/heal", post(fault_heal))
         .route("/fault/clock", post(fault_clock))
+        .route("/fault/egress", post(fault_egress))
         .route_layer(middleware::from_fn_with_state(state.clone(), faults_enabled));
     let changes = Router::new()
         .route("/members/add", post(members_add))
@@ -149,6 +150,8 @@ struct LinkRequest {
     #[serde(default)]
     jitter_distribution: JitterDistribution,
     #[serde(default)]
+    jitter_shape: Option<f64>,
+    #[serde(default)]
     bandwidth_mbit: Option<f64>,
     #[serde(default)]
     loss: f64,
@@ -197,6 +200,7 @@ async fn fault_link(State(state): State<AdminState>, body: Bytes) -> Response {
         delay_ms: req.delay_ms,
         jitter_ms: req.jitter_ms,
         jitter_distribution: req.jitter_distribution,
+        jitter_shape: req.jitter_shape,
         bandwidth_mbit: req.bandwidth_mbit,
         loss: req.loss,
         block: req.block,
@@ -205,6 +209,27 @@ async fn fault_link(State(state): State<AdminState>, body: Bytes) -> Response {
         return bad_request(e);
     }
     tracing::info!(?peers, ?spec, "fault: link emulation set");
+    Json(state.faults.state()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EgressRequest {
+    /// The node-wide egress rate; null lifts it.
+    bandwidth_mbit: Option<f64>,
+}
+
+/// `POST /fault/egress {"bandwidth_mbit": 100}`: cap this replica's total outgoing rate (all
+/// links share it, like a NIC); `null` lifts the cap.
+async fn fault_egress(State(state): State<AdminState>, body: Bytes) -> Response {
+    let req: EgressRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    if let Err(e) = state.faults.set_egress(req.bandwidth_mbit) {
+        return bad_request(e);
+    }
+    tracing::info!(mbit = ?req.bandwidth_mbit, "fault: node egress rate set");
     Json(state.faults.state()).into_response()
 }
 

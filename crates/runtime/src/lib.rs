@@ -133,8 +133,10 @@ pub async fn run_protocol(
     let mut inbound_metrics = HashMap::new();
     // Each outbound task holds the emulation control of its link (admin fault API).
     let mut links = Vec::new();
+    // The replica's NIC: every outbound link shares its egress budget (POST /fault/egress).
+    let egress = Arc::new(link::Egress::default());
     for m in config.members.iter().filter(|m| m.id != config.id) {
-        let link = Arc::new(link::Link::new(config.id, m.id));
+        let link = Arc::new(link::Link::with_egress(config.id, m.id, egress.clone()));
         links.push((m.id, link.clone()));
         let sender =
             transport::spawn_outbound(&mut tasks, identity.clone(), m.id, m.peer_addr, seed ^ m.id as u64, link);
@@ -181,7 +183,7 @@ pub async fn run_protocol(
     let configured = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
     driver.set_peer_set(transport::PeerSet::new(identity, seed, configured, inbound, current_members));
     // The fault API moves the offset of the clock the node loop reads.
-    let faults = link::Faults::with_links(config.id, links, driver.clock().clone());
+    let faults = link::Faults::with_links(config.id, links, egress, driver.clock().clone());
     let router = admin::router(admin::AdminState {
         me: me.clone(),
         status: status_rx,

@@ -22,6 +22,16 @@
 //!    of it: the link is FIFO like the TCP stream it emulates, so jitter is latency variation
 //!    with head-of-line blocking, not reordering (reordering is the simulator's business).
 //!
+//! A node-wide **egress budget** ([`Egress`], `POST /fault/egress`) stands for the host's NIC
+//! (Crossword's setting shapes each host, not each link): every outbound link of the replica
+//! shares it, so a message starts when both its link and the NIC are free and occupies the
+//! NIC for `size × 8 / egress rate` — a leader sending 1 MB to each of four followers over a
+//! 100 Mbit/s NIC needs ≈ 320 ms, whatever the per-link caps.
+//!
+//! Jitter `pareto` is heavy-tailed: the delay is `delay_ms` plus a Pareto-distributed extra
+//! with mean `jitter_ms` and shape `jitter_shape` (default 2.5; smaller = heavier tail), never
+//! below `delay_ms` — tails decide small-value latency in the Crossword evaluation.
+//!
 //! The emulated link buffers at most [`LINK_QUEUE_BYTES`] / [`LINK_QUEUE_MESSAGES`]; beyond
 //! that messages are dropped at the tail, like a router's buffer, so a slow link cannot eat
 //! the replica's memory.
@@ -51,7 +61,12 @@ pub enum JitterDistribution {
     Uniform,
     /// Normal with mean delay and standard deviation jitter.
     Normal,
+    /// Delay plus a Pareto extra with mean jitter and shape `jitter_shape` (heavy tail).
+    Pareto,
 }
+
+/// Shape of the Pareto jitter when `jitter_shape` is not given.
+pub const DEFAULT_PARETO_SHAPE: f64 = 2.5;
 
 /// The emulation of one directed link. The default is a normal link.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -63,6 +78,9 @@ pub struct LinkSpec {
     pub jitter_ms: f64,
     #[serde(default)]
     pub jitter_distribution: JitterDistribution,
+    /// Shape α > 1 of the Pareto jitter (None: [`DEFAULT_PARETO_SHAPE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_shape: Option<f64>,
     /// `None`: unlimited.
     #[serde(default)]
     pub bandwidth_mbit: Option<f64>,
@@ -95,6 +113,13 @@ impl LinkSpec {
                 return Err(format!("bandwidth_mbit must be a finite number > 0 or null (unlimited), got {b}"));
             }
         }
+        if let Some(a) = self.jitter_shape {
+            if !(a.is_finite() && a > 1.0) {
+                return Err(format!(
+                    "jitter_shape must be a finite number > 1 (the Pareto mean is infinite otherwise), got {a}"
+                ));
+            }
+        }
         if !(0.0..=1.0).contains(&self.loss) {
             return Err(format!("loss must be a probability in [0, 1], got {}", self.loss));
         }
@@ -118,6 +143,13 @@ impl LinkSpec {
             match self.jitter_distribution {
                 JitterDistribution::Uniform => self.jitter_ms * (2.0 * rng.gen::<f64>() - 1.0),
                 JitterDistribution::Normal => self.jitter_ms * standard_normal(rng),
+                JitterDistribution::Pareto => {
+                    // Pareto(x_m, α) − x_m has mean x_m / (α − 1) = jitter_ms.
+                    let alpha = self.jitter_shape.unwrap_or(DEFAULT_PARETO_SHAPE);
+                    let x_m = self.jitter_ms * (alpha - 1.0);
+                    let u: f64 = 1.0 - rng.gen::<f64>(); // (0, 1]
+                    (x_m * (u.powf(-1.0 / alpha) - 1.0)).min(1e7)
+                }
             }
         };
         Duration::from_secs_f64(((self.delay_ms + jitter) / 1e3).max(0.0))
@@ -147,11 +179,63 @@ pub enum DropReason {
     QueueFull,
 }
 
+/// A replica's NIC: an egress rate shared by all its outbound links (None: unlimited).
+#[derive(Debug, Default)]
+pub struct Egress {
+    active: AtomicBool,
+    state: Mutex<EgressState>,
+}
+
+#[derive(Debug, Default)]
+struct EgressState {
+    mbit: Option<f64>,
+    /// When the NIC has finished serializing the last message admitted on any link.
+    free_at: Option<Instant>,
+}
+
+impl Egress {
+    /// Set (or with None lift) the node's egress rate.
+    pub fn set(&self, mbit: Option<f64>) -> Result<(), String> {
+        if let Some(b) = mbit {
+            if !(b.is_finite() && b > 0.0) {
+                return Err(format!("bandwidth_mbit must be a finite number > 0 or null (unlimited), got {b}"));
+            }
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.mbit = mbit;
+        if mbit.is_none() {
+            st.free_at = None;
+        }
+        self.active.store(mbit.is_some(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn mbit(&self) -> Option<f64> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).mbit
+    }
+
+    /// A message of `size` bytes wants to start at `earliest`: when it starts on the NIC
+    /// (after the messages before it) and when the NIC is done with it; the NIC is booked.
+    fn book(&self, earliest: Instant, size: usize, link_tx: Duration) -> (Instant, Instant) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mbit) = st.mbit else { return (earliest, earliest + link_tx) };
+        let start = match st.free_at {
+            Some(free) if free > earliest => free,
+            _ => earliest,
+        };
+        let nic_tx = Duration::from_secs_f64(size as f64 * 8.0 / (mbit * 1e6));
+        st.free_at = Some(start + nic_tx);
+        (start, start + nic_tx.max(link_tx))
+    }
+}
+
 /// The control of one directed link (this replica → `peer`), shared by the admin handlers
 /// (which write it) and the link's outbound task (which reads it).
 pub struct Link {
     /// False while the spec is normal: the outbound task then takes its fast path.
     active: AtomicBool,
+    /// The replica's NIC, shared by all its links.
+    egress: Arc<Egress>,
     spec: Mutex<LinkSpec>,
     dropped_block: Counter,
     dropped_loss: Counter,
@@ -159,11 +243,18 @@ pub struct Link {
 }
 
 impl Link {
-    /// A normal link from `node` to `peer` (the ids label its drop counters).
+    /// A normal link from `node` to `peer` (the ids label its drop counters), with a NIC of
+    /// its own.
     pub fn new(node: NodeId, peer: NodeId) -> Link {
+        Link::with_egress(node, peer, Arc::new(Egress::default()))
+    }
+
+    /// A normal link from `node` to `peer` through the shared NIC `egress`.
+    pub fn with_egress(node: NodeId, peer: NodeId, egress: Arc<Egress>) -> Link {
         let counter = |reason: &'static str| metrics::counter!("synod_link_dropped_total", "node" => node.to_string(), "peer" => peer.to_string(), "reason" => reason);
         Link {
             active: AtomicBool::new(false),
+            egress,
             spec: Mutex::new(LinkSpec::default()),
             dropped_block: counter("block"),
             dropped_loss: counter("loss"),
@@ -174,7 +265,11 @@ impl Link {
     /// Whether anything is emulated on this link. One relaxed load: the fast-path check.
     #[inline]
     pub fn active(&self) -> bool {
-        self.active.load(Ordering::Relaxed)
+        self.active.load(Ordering::Relaxed) || self.egress.active.load(Ordering::Relaxed)
+    }
+
+    pub fn egress(&self) -> &Arc<Egress> {
+        &self.egress
     }
 
     pub fn spec(&self) -> LinkSpec {
@@ -234,7 +329,7 @@ impl Emulator {
         now: Instant,
         rng: &mut impl rand::Rng,
     ) -> Result<(), DropReason> {
-        let verdict = self.decide(spec, frame.len(), now, rng);
+        let verdict = self.decide(spec, &link.egress, frame.len(), now, rng);
         match verdict {
             Ok(release) => {
                 self.queued_bytes += frame.len();
@@ -251,6 +346,7 @@ impl Emulator {
     fn decide(
         &mut self,
         spec: &LinkSpec,
+        egress: &Egress,
         size: usize,
         now: Instant,
         rng: &mut impl rand::Rng,
@@ -264,12 +360,14 @@ impl Emulator {
         if self.queue.len() >= LINK_QUEUE_MESSAGES || self.queued_bytes + size > LINK_QUEUE_BYTES {
             return Err(DropReason::QueueFull);
         }
-        let start = match self.wire_free_at {
+        let link_free = match self.wire_free_at {
             Some(free) if free > now => free,
             _ => now,
         };
-        let serialized = start + spec.transmission(size);
-        self.wire_free_at = Some(serialized);
+        // The message needs its link and the node's NIC: it starts when both are free.
+        let link_tx = spec.transmission(size);
+        let (start, serialized) = egress.book(link_free, size, link_tx);
+        self.wire_free_at = Some(start + link_tx);
         let arrival = serialized + spec.sample_delay(rng);
         let release = match self.last_release {
             Some(previous) if previous > arrival => previous,
@@ -310,6 +408,7 @@ impl Emulator {
 pub struct Faults {
     me: NodeId,
     links: Arc<BTreeMap<NodeId, Arc<Link>>>,
+    egress: Arc<Egress>,
     clock: Clock,
 }
 
@@ -325,19 +424,38 @@ pub enum Peers {
 pub struct FaultState {
     /// Keyed by peer id (JSON object keys are strings).
     pub links: BTreeMap<String, LinkSpec>,
+    /// The node-wide egress rate (None: unlimited).
+    #[serde(default)]
+    pub egress_mbit: Option<f64>,
     pub clock_offset_ms: i64,
 }
 
 impl Faults {
     /// Normal links to `peers`, and the clock whose offset the API moves.
     pub fn new(me: NodeId, peers: impl IntoIterator<Item = NodeId>, clock: Clock) -> Faults {
-        let links = peers.into_iter().filter(|p| *p != me).map(|p| (p, Arc::new(Link::new(me, p))));
-        Faults::with_links(me, links, clock)
+        let egress = Arc::new(Egress::default());
+        let links: Vec<_> = peers
+            .into_iter()
+            .filter(|p| *p != me)
+            .map(|p| (p, Arc::new(Link::with_egress(me, p, egress.clone()))))
+            .collect();
+        Faults::with_links(me, links, egress, clock)
     }
 
-    /// Over links made beforehand (the outbound tasks hold them before the clock exists).
-    pub fn with_links(me: NodeId, links: impl IntoIterator<Item = (NodeId, Arc<Link>)>, clock: Clock) -> Faults {
-        Faults { me, links: Arc::new(links.into_iter().collect()), clock }
+    /// Over links made beforehand (the outbound tasks hold them before the clock exists),
+    /// all through `egress`.
+    pub fn with_links(
+        me: NodeId,
+        links: impl IntoIterator<Item = (NodeId, Arc<Link>)>,
+        egress: Arc<Egress>,
+        clock: Clock,
+    ) -> Faults {
+        Faults { me, links: Arc::new(links.into_iter().collect()), egress, clock }
+    }
+
+    /// Set (or lift, with None) the node-wide egress rate.
+    pub fn set_egress(&self, mbit: Option<f64>) -> Result<(), String> {
+        self.egress.set(mbit)
     }
 
     /// The control of the link to `peer` (for its outbound task).
@@ -380,6 +498,7 @@ impl Faults {
         for link in self.links.values() {
             link.set(LinkSpec::default());
         }
+        let _ = self.egress.set(None);
         self.clock.set_offset_nanos(0);
     }
 
@@ -395,6 +514,7 @@ impl Faults {
     pub fn state(&self) -> FaultState {
         FaultState {
             links: self.links.iter().map(|(id, l)| (id.to_string(), l.spec())).collect(),
+            egress_mbit: self.egress.mbit(),
             clock_offset_ms: self.clock.offset_nanos() / 1_000_000,
         }
     }
@@ -549,5 +669,59 @@ mod tests {
         assert!(!l2.active() && !l3.active());
         assert_eq!(faults.state().clock_offset_ms, 0);
         assert!(faults.state().links.values().all(LinkSpec::is_normal));
+    }
+
+    #[test]
+    fn a_node_egress_budget_is_shared_by_all_links() {
+        let egress = Arc::new(Egress::default());
+        egress.set(Some(100.0)).unwrap();
+        let (a, b) = (Link::with_egress(1, 2, egress.clone()), Link::with_egress(1, 3, egress.clone()));
+        assert!(a.active() && b.active(), "a node budget activates every link");
+        let (mut ea, mut eb) = (Emulator::default(), Emulator::default());
+        let t0 = Instant::now();
+        let spec = LinkSpec::default();
+        // 1 MB to each of two peers at the same instant over one 100 Mbit/s NIC: the second
+        // finishes ≈ 160 ms after the start, not 80 (each link alone is unlimited).
+        ea.admit(&a, &spec, Bytes::from(vec![0u8; 1_000_000]), t0, &mut rng()).unwrap();
+        eb.admit(&b, &spec, Bytes::from(vec![0u8; 1_000_000]), t0, &mut rng()).unwrap();
+        let first = ea.next_release().unwrap() - t0;
+        let second = eb.next_release().unwrap() - t0;
+        assert!((79..=81).contains(&first.as_millis()), "{first:?}");
+        assert!((159..=161).contains(&second.as_millis()), "{second:?}");
+        // A per-link cap below the NIC's still applies on its own link.
+        let slow = LinkSpec { bandwidth_mbit: Some(10.0), ..Default::default() };
+        let t1 = t0 + ms(1000);
+        ea.admit(&a, &slow, Bytes::from(vec![0u8; 100_000]), t1, &mut rng()).unwrap();
+        assert!((79..=81).contains(&(ea.queue.back().unwrap().0 - t1).as_millis()));
+        // Lifting it returns the links to the fast path.
+        egress.set(None).unwrap();
+        assert!(!a.active() && !b.active());
+        assert!(egress.set(Some(0.0)).is_err() && egress.set(Some(f64::NAN)).is_err());
+    }
+
+    #[test]
+    fn pareto_jitter_has_the_configured_mean_and_a_heavier_tail_than_uniform() {
+        let mut r = rng();
+        let quantiles = |spec: &LinkSpec, r: &mut synod_core::Rng| {
+            let mut v: Vec<f64> = (0..20_000).map(|_| spec.sample_delay(r).as_secs_f64() * 1e3).collect();
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let mean = v.iter().sum::<f64>() / v.len() as f64;
+            (mean, v[v.len() / 2], v[v.len() * 999 / 1000], v[0])
+        };
+        let pareto = LinkSpec {
+            delay_ms: 4.0,
+            jitter_ms: 1.0,
+            jitter_distribution: JitterDistribution::Pareto,
+            ..Default::default()
+        };
+        let uniform = LinkSpec { jitter_distribution: JitterDistribution::Uniform, ..pareto.clone() };
+        let (pm, p50, p999, pmin) = quantiles(&pareto, &mut r);
+        let (um, u50, u999, _) = quantiles(&uniform, &mut r);
+        assert!((pm - 5.0).abs() < 0.15, "pareto mean {pm} (delay 4 + mean extra 1)");
+        assert!(pmin >= 4.0, "never below the base delay: {pmin}");
+        assert!((um - 4.0).abs() < 0.05, "uniform mean {um}");
+        assert!(p999 / p50 > 2.0 * (u999 / u50), "pareto tail {p999}/{p50} vs uniform {u999}/{u50}");
+        assert!(LinkSpec { jitter_shape: Some(1.0), ..pareto.clone() }.validate().is_err());
+        assert!(LinkSpec { jitter_shape: Some(1.5), ..pareto }.validate().is_ok());
     }
 }

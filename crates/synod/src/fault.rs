@@ -246,6 +246,24 @@ impl FromStr for Quota {
     }
 }
 
+/// An egress rate in Mbit/s, or `off` (unlimited).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate(pub Option<f64>);
+
+impl FromStr for Rate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Rate, String> {
+        if s == "off" {
+            return Ok(Rate(None));
+        }
+        let r: f64 = s.parse().map_err(|_| format!("`{s}` is not a rate in Mbit/s or `off`"))?;
+        if !(r > 0.0 && r.is_finite()) {
+            return Err(format!("rate {s}: must be a positive number of Mbit/s"));
+        }
+        Ok(Rate(Some(r)))
+    }
+}
+
 #[derive(Subcommand, Clone, Debug, PartialEq)]
 pub enum Action {
     /// Start a new replica on free ports under the supervisor (`synod server --join`) and
@@ -288,16 +306,26 @@ pub enum Action {
         delay_ms: f64,
         #[arg(long, default_value_t = 0.0)]
         jitter_ms: f64,
-        /// How jitter is drawn: uniform on [delay - jitter, delay + jitter] or normal(delay,
-        /// jitter).
-        #[arg(long, default_value = "uniform", value_parser = ["uniform", "normal"])]
+        /// How jitter is drawn: uniform on [delay - jitter, delay + jitter], normal(delay,
+        /// jitter), or pareto (delay + a heavy-tailed extra with mean jitter).
+        #[arg(long, default_value = "uniform", value_parser = ["uniform", "normal", "pareto"])]
         jitter_distribution: String,
+        /// Shape of the pareto jitter (> 1; smaller = heavier tail; default 2.5).
+        #[arg(long)]
+        jitter_shape: Option<f64>,
         /// Bandwidth cap in Mbit/s (none by default).
         #[arg(long)]
         bandwidth_mbit: Option<f64>,
         /// Probability of dropping each message, 0..1.
         #[arg(long, default_value_t = 0.0)]
         loss: f64,
+    },
+    /// Cap a replica's total outgoing rate, shared by all its links like a NIC (Mbit/s, or
+    /// `off`).
+    Egress {
+        node: NodeOrAll,
+        #[arg(long)]
+        mbit: Rate,
     },
     /// Limit a replica's CPU with a cgroup quota (percent of one CPU, or `off`).
     Cpu {
@@ -525,7 +553,23 @@ pub fn execute(cluster: &Path, action: &Action) -> Result<Vec<String>, FaultErro
             }
             Ok(out)
         }
-        Action::Link { links, delay_ms, jitter_ms, jitter_distribution, bandwidth_mbit, loss } => {
+        Action::Egress { node, mbit } => {
+            let ids = match node {
+                NodeOrAll::All => c.ids(),
+                NodeOrAll::Id(id) => vec![*id],
+            };
+            let mut out = Vec::new();
+            for id in ids {
+                let n = c.node(id).map_err(FaultError::Usage)?;
+                admin_post(n, "/fault/egress", &json!({ "bandwidth_mbit": mbit.0 })).map_err(fail)?;
+                out.push(format!(
+                    "node {id}: egress {}",
+                    mbit.0.map_or("unlimited".to_string(), |b| format!("{b} Mbit/s shared by all links"))
+                ));
+            }
+            Ok(out)
+        }
+        Action::Link { links, delay_ms, jitter_ms, jitter_distribution, jitter_shape, bandwidth_mbit, loss } => {
             let chosen = links.resolve(&c.ids());
             let mut out = vec![format!(
                 "links {}: delay {delay_ms} ms, jitter {jitter_ms} ms ({jitter_distribution}), bandwidth {}, loss {loss}",
@@ -537,6 +581,7 @@ pub fn execute(cluster: &Path, action: &Action) -> Result<Vec<String>, FaultErro
                     delay_ms: *delay_ms,
                     jitter_ms: *jitter_ms,
                     jitter_distribution: jitter_distribution.clone(),
+                    jitter_shape: *jitter_shape,
                     bandwidth_mbit: *bandwidth_mbit,
                     loss: *loss,
                     block: s.block,
@@ -814,6 +859,7 @@ pub struct LinkSettings {
     pub delay_ms: f64,
     pub jitter_ms: f64,
     pub jitter_distribution: String,
+    pub jitter_shape: Option<f64>,
     pub bandwidth_mbit: Option<f64>,
     pub loss: f64,
     pub block: bool,
@@ -825,6 +871,7 @@ impl Default for LinkSettings {
             delay_ms: 0.0,
             jitter_ms: 0.0,
             jitter_distribution: "uniform".into(),
+            jitter_shape: None,
             bandwidth_mbit: None,
             loss: 0.0,
             block: false,
@@ -838,6 +885,7 @@ impl LinkSettings {
             delay_ms: v["delay_ms"].as_f64().unwrap_or(0.0),
             jitter_ms: v["jitter_ms"].as_f64().unwrap_or(0.0),
             jitter_distribution: v["jitter_distribution"].as_str().unwrap_or("uniform").to_string(),
+            jitter_shape: v["jitter_shape"].as_f64(),
             bandwidth_mbit: v["bandwidth_mbit"].as_f64(),
             loss: v["loss"].as_f64().unwrap_or(0.0),
             block: v["block"].as_bool().unwrap_or(false),
@@ -850,6 +898,7 @@ impl LinkSettings {
             "delay_ms": self.delay_ms,
             "jitter_ms": self.jitter_ms,
             "jitter_distribution": self.jitter_distribution,
+            "jitter_shape": self.jitter_shape,
             "bandwidth_mbit": self.bandwidth_mbit,
             "loss": self.loss,
             "block": self.block,
