@@ -8,7 +8,7 @@ use std::time::Duration;
 use synod_client::ClientError;
 use synod_core::wire::{self, PeerHello, CLIENT_MAGIC, PEER_MAGIC};
 use synod_wal::FsyncMode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Send `bytes` and assert that the replica closes the connection (EOF or reset) rather
@@ -17,18 +17,8 @@ async fn assert_closed_after(addr: &str, bytes: &[u8], what: &str) {
     let mut s = TcpStream::connect(addr).await.unwrap();
     // The replica may close before reading everything, so a failed write is fine.
     let _ = s.write_all(bytes).await;
-    let mut buf = [0u8; 256];
-    let outcome = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                // Nothing should be answered, but keep reading until the close either way.
-                Ok(_) => continue,
-            }
-        }
-    })
-    .await;
-    assert!(outcome.is_ok(), "{what}: connection to {addr} still open after 20 s");
+    let outcome = common::closed_within(&mut s, Duration::from_secs(20)).await;
+    assert!(outcome, "{what}: connection to {addr} still open after 20 s");
 }
 
 fn length_prefix(len: u32) -> [u8; 4] {

@@ -39,17 +39,7 @@ async fn forge_peer(addr: &str, cluster: &str, from: u32, to: u32, mac: Vec<u8>)
     // A protocol message would follow; it must never be delivered.
     bytes.extend_from_slice(&[0, 0, 0, 4, 1, 2, 3, 4]);
     let _ = s.write_all(&bytes).await;
-    let mut buf = [0u8; 64];
-    let closed = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => continue,
-            }
-        }
-    })
-    .await;
-    closed.is_ok()
+    common::closed_within(&mut s, Duration::from_secs(20)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

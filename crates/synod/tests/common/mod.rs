@@ -325,3 +325,20 @@ fn node_logs(dir: &std::path::Path) -> String {
     }
     out
 }
+
+/// Read until the replica closes `stream` (EOF or reset); false if it is still open after
+/// `timeout`. Whatever is read meanwhile is ignored.
+pub async fn closed_within(stream: &mut tokio::net::TcpStream, timeout: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    tokio::time::timeout(timeout, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
