@@ -43,6 +43,12 @@ pub mod mutants {
             build: crate::mencius::mutants::build_revoke_without_prepare,
         },
         ProtocolInfo {
+            name: "multipaxos-volatile-accepts",
+            description: "MultiPaxos whose followers acknowledge Accepts without persisting them (caught by whole-cluster crashes)",
+            leader_based: true,
+            build: crate::multipaxos::mutants::build_volatile_accepts,
+        },
+        ProtocolInfo {
             name: "multipaxos-early-exec",
             description: "MultiPaxos whose followers execute accepted, not yet chosen, values",
             leader_based: true,

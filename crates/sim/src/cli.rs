@@ -52,6 +52,8 @@ pub struct CheckSummary {
     /// Operations without an answer (checked as "may or may not have happened").
     pub indeterminate: u64,
     pub crashes: u64,
+    /// Whole-cluster crashes (every replica down at once).
+    pub cluster_crashes: u64,
     pub partitions: u64,
     pub messages: u64,
     /// Virtual seconds simulated.
@@ -125,6 +127,7 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.operations += report.history.ops.len() as u64;
         summary.indeterminate += report.stats.ops_indeterminate;
         summary.crashes += report.stats.crashes;
+        summary.cluster_crashes += report.stats.cluster_crashes;
         summary.partitions += report.stats.partitions;
         summary.messages += report.stats.messages_sent;
         summary.virtual_seconds += report.stats.virtual_end as f64 / 1e9;
@@ -170,9 +173,10 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.operations as f64 / summary.seconds.max(1e-9),
     );
     println!(
-        "  ({} indeterminate ops, {} crashes, {} partitions, {} messages, {:.0} virtual seconds in {:.2} s)",
+        "  ({} indeterminate ops, {} crashes ({} whole-cluster), {} partitions, {} messages, {:.0} virtual seconds in {:.2} s)",
         summary.indeterminate,
         summary.crashes,
+        summary.cluster_crashes,
         summary.partitions,
         summary.messages,
         summary.virtual_seconds,

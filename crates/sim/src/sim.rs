@@ -42,6 +42,9 @@ use synod_protocols::registry::{ProtocolInfo, Setup};
 pub struct FaultSet {
     pub partition: bool,
     pub crash: bool,
+    /// Now and then every replica crashes at once (power loss of the whole cluster) and
+    /// they restart from their disks at different times: nothing acknowledged may be lost.
+    pub crash_all: bool,
     pub crash_wipe: bool,
     pub loss: bool,
     pub dup: bool,
@@ -49,12 +52,21 @@ pub struct FaultSet {
     pub skew: bool,
 }
 
-const FAULT_NAMES: &[&str] = &["partition", "crash", "crash-wipe", "loss", "dup", "reorder", "skew"];
+const FAULT_NAMES: &[&str] = &["partition", "crash", "crash-all", "crash-wipe", "loss", "dup", "reorder", "skew"];
 
 impl FaultSet {
     /// Every fault except `crash-wipe`.
     pub fn all() -> FaultSet {
-        FaultSet { partition: true, crash: true, crash_wipe: false, loss: true, dup: true, reorder: true, skew: true }
+        FaultSet {
+            partition: true,
+            crash: true,
+            crash_all: true,
+            crash_wipe: false,
+            loss: true,
+            dup: true,
+            reorder: true,
+            skew: true,
+        }
     }
 
     pub fn none() -> FaultSet {
@@ -74,6 +86,7 @@ impl FaultSet {
                 "none" => {}
                 "partition" => f.partition = true,
                 "crash" => f.crash = true,
+                "crash-all" => f.crash_all = true,
                 "crash-wipe" => f.crash_wipe = true,
                 "loss" => f.loss = true,
                 "dup" => f.dup = true,
@@ -87,7 +100,8 @@ impl FaultSet {
 
     /// The canonical comma list (for replay commands).
     pub fn to_list(&self) -> String {
-        let on = [self.partition, self.crash, self.crash_wipe, self.loss, self.dup, self.reorder, self.skew];
+        let on =
+            [self.partition, self.crash, self.crash_all, self.crash_wipe, self.loss, self.dup, self.reorder, self.skew];
         let names: Vec<&str> = FAULT_NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect();
         if names.is_empty() {
             "none".into()
@@ -229,6 +243,8 @@ pub struct RunStats {
     pub ops_completed: u64,
     pub ops_indeterminate: u64,
     pub crashes: u64,
+    /// Times every replica crashed at once (fault `crash-all`).
+    pub cluster_crashes: u64,
     pub partitions: u64,
     /// Scripted membership changes that completed.
     pub membership_changes: u64,
@@ -1124,7 +1140,7 @@ impl<'a> Sim<'a> {
         if f.partition {
             kinds.push(0);
         }
-        if f.crash || f.crash_wipe {
+        if f.crash || f.crash_wipe || f.crash_all {
             kinds.push(1);
         }
         let n = self.replicas.len();
@@ -1139,6 +1155,20 @@ impl<'a> Sim<'a> {
                     self.new_partition(n);
                 }
             }
+            // The whole cluster loses power now and then (only when every replica is up,
+            // never with a wiped disk); otherwise a minority crashes, one replica at a time.
+            _ if f.crash_all && self.crashed() == 0 && self.fault_rng.gen_bool(0.04) => {
+                self.stats.cluster_crashes += 1;
+                self.log("sim", || "WHOLE-CLUSTER CRASH".into());
+                for node in 0..n {
+                    self.crash(node);
+                    let k = self.fault_intensity;
+                    let at = self.now + uniform(&mut self.fault_rng, 50 * MS / k, 2000 * MS / k);
+                    let incarnation = self.replicas[node].incarnation;
+                    self.schedule(at, Ev::Restart { node, incarnation, wipe: false });
+                }
+            }
+            _ if !(f.crash || f.crash_wipe) => {}
             _ => {
                 let max_down = (n - 1) / 2;
                 let alive: Vec<usize> = (0..n).filter(|&i| self.replicas[i].proto.is_some()).collect();

@@ -69,6 +69,9 @@ pub(crate) struct Variant {
     pub quorum_override: Option<usize>,
     /// Followers execute accepted values before they are known to be chosen (unsafe).
     pub execute_on_accept: bool,
+    /// Acceptors keep accepted values in memory only (unsafe: a crash of the replicas that
+    /// accepted a chosen value, e.g. the whole cluster at once, loses it).
+    pub volatile_accepts: bool,
 }
 
 /// One log slot: the value and the ballot it was accepted in.
@@ -807,7 +810,9 @@ impl MultiPaxos {
         }
         if !self.log.is_committed(slot) {
             self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
-            records.push(Record::Accept { slot, ballot, value });
+            if !self.variant.volatile_accepts {
+                records.push(Record::Accept { slot, ballot, value });
+            }
         }
         if !records.is_empty() {
             self.persist(ctx, &records);
@@ -1747,12 +1752,17 @@ pub(crate) mod mutants {
     /// Commits with `n/2` replies: two leaders can both commit different values.
     pub fn build_bad_quorum(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
         let q = (setup.members.len() / 2).max(1);
-        Ok(Box::new(MultiPaxos::new(setup, Variant { quorum_override: Some(q), execute_on_accept: false })?))
+        Ok(Box::new(MultiPaxos::new(setup, Variant { quorum_override: Some(q), ..Variant::default() })?))
     }
 
     /// Followers execute what they accept before it is chosen.
     pub fn build_early_exec(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
-        Ok(Box::new(MultiPaxos::new(setup, Variant { quorum_override: None, execute_on_accept: true })?))
+        Ok(Box::new(MultiPaxos::new(setup, Variant { execute_on_accept: true, ..Variant::default() })?))
+    }
+
+    /// Followers acknowledge Accepts without persisting them.
+    pub fn build_volatile_accepts(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        Ok(Box::new(MultiPaxos::new(setup, Variant { volatile_accepts: true, ..Variant::default() })?))
     }
 }
 
