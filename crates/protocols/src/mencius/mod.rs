@@ -34,20 +34,26 @@
 //! - the revoker of a suspect is the first member after it in ring order that is not itself
 //!   suspected, so revocations rarely duel (and Paxos keeps duels safe).
 //!
-//! Not yet: snapshots/log compaction (the log grows; fine for the simulator and short runs)
-//! and membership changes.
+//! Snapshots: every `snapshot_every` executed slots the replica takes a snapshot and compacts
+//! its durable records in the background to the snapshot plus the records of the slots after
+//! it, keeping `snapshot_keep` executed slots in memory for peers' catch-up; a peer behind
+//! that gets the snapshot. An acceptor never promises for slots it trimmed (it could not report
+//! what was chosen there): a revoker that far behind catches up instead.
+//!
+//! Not yet: membership changes.
 
 pub mod msg;
 #[cfg(test)]
 mod tests;
 
 use crate::registry::Setup;
+use bytes::Bytes;
 use msg::{Msg, Record, Reported, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
-use synod_core::protocol::{decode, encode};
+use synod_core::protocol::{compaction, decode, encode, encode_with_payload};
 use synod_core::quorum::QuorumTracker;
 use synod_core::{
     Ballot, ClientRef, Command, Ctx, Event, NodeId, Pos, Protocol, ProtocolParams, ReplyBody, Role, Status, Time,
@@ -128,6 +134,12 @@ pub struct Mencius {
     skips: u64,
     revocations: u64,
     cmds_executed: u64,
+    /// The latest snapshot (slots up to `.0`), kept to send to peers behind our log.
+    snapshot: Option<(u64, Bytes)>,
+    /// A snapshot was requested and has not come back.
+    snapshot_pending: bool,
+    /// When each peer was last sent the snapshot (not more than once per election timeout).
+    snapshot_sent: BTreeMap<NodeId, Time>,
 }
 
 impl Mencius {
@@ -157,6 +169,9 @@ impl Mencius {
             skips: 0,
             revocations: 0,
             cmds_executed: 0,
+            snapshot: None,
+            snapshot_pending: false,
+            snapshot_sent: BTreeMap::new(),
         };
         m.next_own = m.first_own_from(1);
         Ok(m)
@@ -551,6 +566,12 @@ impl Mencius {
         if !self.members.contains(&owner) || !self.in_window(from) || !self.in_window(to) || to < from {
             return; // malformed, or too far ahead of us to take part
         }
+        if from < self.log.first_index() {
+            // We trimmed some of these slots and could not report what was chosen there: no
+            // promise; the revoker is behind and gets the snapshot instead.
+            self.send_snapshot(ctx, from_node);
+            return;
+        }
         self.saw(to.min(self.max_seen.max(from)));
         match self.promise_slots(ballot, owner, from, to) {
             Ok(reported) => {
@@ -623,6 +644,93 @@ impl Mencius {
         if self.stuck.0 != self.log.exec_next() {
             self.stuck = (self.log.exec_next(), ctx.now);
         }
+        self.maybe_snapshot(ctx);
+    }
+
+    // --- snapshots and log compaction --------------------------------------------------------
+
+    fn maybe_snapshot(&mut self, ctx: &mut Ctx<'_>) {
+        let every = self.params.snapshot_every;
+        let done = self.log.executed_upto();
+        let last = self.snapshot.as_ref().map_or(0, |(upto, _)| *upto);
+        if every > 0 && !self.snapshot_pending && done >= last + every {
+            self.snapshot_pending = true;
+            ctx.push(synod_core::Action::TakeSnapshot { token: done });
+        }
+    }
+
+    /// The records that, after a snapshot of every slot up to `upto`, stand for this
+    /// replica's durable state: the snapshot, then what it holds for each later slot.
+    fn image(&self, upto: u64, data: Bytes) -> Vec<Vec<Bytes>> {
+        let mut image = vec![encode_with_payload(&Record::Snapshot { upto, data: Bytes::new() }, data)];
+        for (slot, s) in self.log.range(upto + 1, self.log.last_index()) {
+            let owner = self.owner(slot);
+            let rec = match (&s.state, &s.value.accepted) {
+                (SlotState::InProgress, Some((ballot, value))) => {
+                    Record::Accepted { slot, ballot: *ballot, value: value.clone() }
+                }
+                (SlotState::InProgress, None) => {
+                    Record::Promised { ballot: s.value.promised, owner, from: slot, to: slot }
+                }
+                (_, Some((_, value))) => Record::Chosen { slot, value: value.clone() },
+                (_, None) => continue,
+            };
+            image.push(vec![encode(&rec)]);
+            if s.state == SlotState::InProgress && s.value.accepted.as_ref().is_some_and(|(b, _)| *b < s.value.promised)
+            {
+                let rec = Record::Promised { ballot: s.value.promised, owner, from: slot, to: slot };
+                image.push(vec![encode(&rec)]);
+            }
+        }
+        image
+    }
+
+    fn on_snapshot_taken(&mut self, ctx: &mut Ctx<'_>, upto: u64, data: Bytes) {
+        self.snapshot_pending = false;
+        if self.snapshot.as_ref().is_some_and(|(u, _)| *u >= upto) {
+            return;
+        }
+        let image = self.image(upto, data.clone());
+        ctx.push(compaction(upto, image, true));
+        self.snapshot = Some((upto, data));
+        let keep = self.params.snapshot_keep;
+        self.log.trim_before((upto + 1).saturating_sub(keep).max(1));
+        self.waiting.retain(|s, _| *s >= self.log.first_index());
+    }
+
+    fn send_snapshot(&mut self, ctx: &mut Ctx<'_>, to: NodeId) {
+        let Some((upto, data)) = self.snapshot.clone() else { return };
+        if self.snapshot_sent.get(&to).is_some_and(|t| ctx.now.since(*t) < self.timeout_max()) {
+            return;
+        }
+        self.snapshot_sent.insert(to, ctx.now);
+        ctx.send(to, &Msg::Snapshot { upto, data });
+    }
+
+    /// A peer's snapshot of every slot up to `upto`: install it if it takes us forward, and
+    /// make it durable (synchronously: what we do next depends on it).
+    fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, upto: u64, data: Bytes) {
+        if upto < self.log.exec_next() || upto > self.log.exec_next().saturating_add(MAX_AHEAD) {
+            return;
+        }
+        ctx.push(synod_core::Action::InstallSnapshot { data: data.clone() });
+        self.log.skip_to(upto + 1);
+        self.saw(upto);
+        let below: Vec<u64> = self.proposals.range(..=upto).map(|(s, _)| *s).collect();
+        for s in below {
+            if let Some(p) = self.proposals.remove(&s) {
+                self.requeue(p.waiters, &p.value);
+            }
+        }
+        self.waiting.retain(|s, _| *s > upto);
+        if self.next_own <= upto {
+            self.next_own = self.first_own_from(upto + 1);
+        }
+        let image = self.image(upto, data.clone());
+        ctx.push(compaction(upto, image, false));
+        self.snapshot = Some((upto, data));
+        self.stuck = (self.log.exec_next(), ctx.now);
+        self.execute(ctx);
     }
 
     // --- liveness: heartbeats, retransmission, stuck slots, catch-up --------------------------
@@ -703,6 +811,10 @@ impl Mencius {
 
     fn on_heartbeat(&mut self, ctx: &mut Ctx<'_>, from: NodeId, exec_next: u64, max_seen: u64, next_own: u64) {
         let _ = next_own;
+        if exec_next < self.log.first_index() {
+            self.send_snapshot(ctx, from);
+            return;
+        }
         // Catch-up: send what the peer has not executed and we know chosen.
         let upto = self.log.committed_prefix();
         if exec_next <= upto && exec_next >= self.log.first_index() {
@@ -745,6 +857,14 @@ impl Protocol for Mencius {
                 Record::Chosen { slot, value } => {
                     let mut sink = Vec::new();
                     self.learn_chosen(slot, value, &mut sink);
+                }
+                Record::Snapshot { upto, data } => {
+                    if upto >= self.log.exec_next() {
+                        ctx.push(synod_core::Action::InstallSnapshot { data: data.clone() });
+                        self.log.skip_to(upto + 1);
+                        self.saw(upto);
+                    }
+                    self.snapshot = Some((upto, data));
                 }
             }
         }
@@ -790,11 +910,13 @@ impl Protocol for Mencius {
                     Msg::Heartbeat { exec_next, max_seen, next_own } => {
                         self.on_heartbeat(ctx, from, exec_next, max_seen, next_own)
                     }
+                    Msg::Snapshot { upto, data } => self.on_snapshot(ctx, upto, data),
                 }
             }
             Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
-            Event::Timer(_) | Event::Persisted { .. } | Event::SnapshotTaken { .. } => {}
+            Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
+            Event::Timer(_) | Event::Persisted { .. } => {}
             Event::Reconfigure { client, id, .. } => {
                 let body = ReplyBody::Invalid { reason: "mencius does not support membership changes".into() };
                 ctx.reply(client, synod_core::Reply { client: 0, seq: id, from: self.id, body });
@@ -809,6 +931,8 @@ impl Protocol for Mencius {
         extra.insert("skips".into(), self.skips.to_string());
         extra.insert("revocations".into(), self.revocations.to_string());
         extra.insert("commands_executed".into(), self.cmds_executed.to_string());
+        extra.insert("snapshot_upto".into(), self.snapshot.as_ref().map_or(0, |(u, _)| *u).to_string());
+        extra.insert("log_first".into(), self.log.first_index().to_string());
         Status {
             id: self.id,
             protocol: "mencius".into(),
@@ -837,6 +961,7 @@ impl Protocol for Mencius {
             Ok(Msg::Heartbeat { exec_next, max_seen, next_own }) => {
                 format!("Heartbeat exec={exec_next} seen={max_seen} own={next_own}")
             }
+            Ok(Msg::Snapshot { upto, data }) => format!("Snapshot upto={upto} ({} bytes)", data.len()),
             Err(_) => format!("<{} undecodable bytes>", msg.len()),
         }
     }

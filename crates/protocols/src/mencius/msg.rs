@@ -1,5 +1,6 @@
 //! Mencius messages and durable records.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use synod_core::{Ballot, Command};
 
@@ -33,6 +34,9 @@ pub enum Msg {
     /// Periodic liveness and progress: the sender's next unexecuted slot, the highest slot
     /// it has seen used, and the next slot it will propose in.
     Heartbeat { exec_next: u64, max_seen: u64, next_own: u64 },
+    /// The state machine after every slot up to `upto` (for a peer behind the sender's
+    /// trimmed log).
+    Snapshot { upto: u64, data: Bytes },
 }
 
 /// Durable records, replayed in order on restart.
@@ -45,4 +49,6 @@ pub enum Record {
     Promised { ballot: Ballot, owner: u32, from: u64, to: u64 },
     /// `slot` is chosen with `value`.
     Chosen { slot: u64, value: Value },
+    /// The state machine after every slot up to `upto`: the first record of a compacted image.
+    Snapshot { upto: u64, data: Bytes },
 }

@@ -68,3 +68,38 @@ fn a_revocation_keeps_a_value_the_slow_owner_got_chosen() {
     assert_eq!(net.reply_for(8, 1), Some(&value("chosen")));
     net.assert_agreement();
 }
+
+#[test]
+fn a_replica_behind_the_trimmed_log_catches_up_from_a_snapshot_and_restarts_from_it() {
+    let params = ProtocolParams { snapshot_every: 10, snapshot_keep: 2, ..Default::default() };
+    let mut net = Net::with_params(3, build, params);
+    net.run_for(Duration::from_millis(500));
+    net.crash(3);
+    for seq in 1..=40 {
+        net.request(1 + (seq % 2) as NodeId, 7, seq, put(&format!("k{}", seq % 5), &seq.to_string()));
+        net.run_for(Duration::from_millis(100));
+    }
+    net.run_for(Duration::from_secs(2));
+    assert!(net.reply_for(7, 40).is_some(), "the two live replicas keep serving");
+    let first = |net: &Net, id| net.node(id).p.status().extra["snapshot_upto"].parse::<u64>().unwrap();
+    assert!(first(&net, 1) >= 10, "node 1 took snapshots");
+    // Node 3 returns behind node 1's trimmed log: it installs a snapshot, then executes on.
+    net.restart(3);
+    net.run_for(Duration::from_secs(3));
+    assert!(first(&net, 3) >= 10, "node 3 installed a snapshot");
+    net.request(3, 8, 1, get("k0"));
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.reply_for(8, 1), Some(&value("40")));
+    assert_eq!(net.node(3).sm.digest(), net.node(1).sm.digest(), "same state");
+    // Every replica restarts from its compacted records (snapshot + later slots).
+    for id in 1..=3 {
+        net.crash(id);
+    }
+    for id in 1..=3 {
+        net.restart(id);
+    }
+    net.run_for(Duration::from_secs(3));
+    net.request(2, 9, 1, get("k0"));
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.reply_for(9, 1), Some(&value("40")));
+}
