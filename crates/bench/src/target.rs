@@ -147,8 +147,7 @@ impl TargetSpec {
                     .iter()
                     .map(|e| if e.contains("://") { e.clone() } else { format!("http://{e}") })
                     .collect();
-                let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
-                let client = etcd_client::Client::connect(urls, Some(opts)).await.map_err(|e| fail(e.to_string()))?;
+                let client = etcd::EtcdKv::connect(&urls, std::time::Duration::from_secs(5)).await.map_err(fail)?;
                 AnyTarget::Etcd(Box::new(EtcdTarget { client }))
             }
         })
@@ -279,40 +278,39 @@ impl Target for RedisTarget {
 
 /// etcd v3 over gRPC.
 pub struct EtcdTarget {
-    client: etcd_client::Client,
+    client: etcd::EtcdKv,
 }
 
 /// Map an etcd error: gRPC statuses are answers (resource exhausted / invalid argument are
-/// refusals, the rest operation errors); transport and IO errors end the connection.
-fn etcd_outcome(e: etcd_client::Error) -> Result<Outcome, TargetError> {
-    use etcd_client::Error as E;
+/// refusals, the rest operation errors); an unavailable server or a broken channel ends the
+/// connection.
+fn etcd_outcome(s: tonic::Status) -> Result<Outcome, TargetError> {
     use tonic::Code;
-    match e {
-        E::GRpcStatus(s) => Ok(match s.code() {
-            Code::ResourceExhausted | Code::InvalidArgument | Code::FailedPrecondition => {
-                Outcome::Rejected(format!("{:?}: {}", s.code(), s.message()))
-            }
-            Code::Unavailable => return Err(TargetError::Transport(format!("unavailable: {}", s.message()))),
-            c => Outcome::Error(format!("{c:?}: {}", s.message())),
-        }),
-        other => Err(TargetError::Transport(other.to_string())),
-    }
+    Ok(match s.code() {
+        Code::ResourceExhausted | Code::InvalidArgument | Code::FailedPrecondition => {
+            Outcome::Rejected(format!("{:?}: {}", s.code(), s.message()))
+        }
+        Code::Unavailable => return Err(TargetError::Transport(format!("unavailable: {}", s.message()))),
+        // tonic reports a broken connection as Unknown "transport error".
+        Code::Unknown if s.message().contains("transport") => {
+            return Err(TargetError::Transport(s.message().to_string()))
+        }
+        c => Outcome::Error(format!("{c:?}: {}", s.message())),
+    })
 }
 
 impl Target for EtcdTarget {
     async fn execute(&mut self, op: &BenchOp) -> Result<Outcome, TargetError> {
         let c = &mut self.client;
         let r = match op {
-            BenchOp::Read { key } => c.get(key.to_vec(), None).await.map(drop),
+            BenchOp::Read { key } => c.range(key.to_vec(), Vec::new(), 0).await.map(drop),
             BenchOp::Update { key, value } | BenchOp::Insert { key, value } => {
-                c.put(key.to_vec(), value.to_vec(), None).await.map(drop)
+                c.put(key.to_vec(), value.to_vec()).await.map(drop)
             }
-            BenchOp::Scan { start, count, .. } => {
-                let opts = etcd_client::GetOptions::new().with_from_key().with_limit(*count as i64);
-                c.get(start.to_vec(), Some(opts)).await.map(drop)
-            }
-            BenchOp::ReadModifyWrite { key, value } => match c.get(key.to_vec(), None).await {
-                Ok(_) => c.put(key.to_vec(), value.to_vec(), None).await.map(drop),
+            // range_end "\0": every key from `start` on (etcd's "from key").
+            BenchOp::Scan { start, count, .. } => c.range(start.to_vec(), vec![0], *count as i64).await.map(drop),
+            BenchOp::ReadModifyWrite { key, value } => match c.range(key.to_vec(), Vec::new(), 0).await {
+                Ok(_) => c.put(key.to_vec(), value.to_vec()).await.map(drop),
                 Err(e) => Err(e),
             },
         };
@@ -322,6 +320,8 @@ impl Target for EtcdTarget {
         }
     }
 }
+
+pub mod etcd;
 
 #[cfg(test)]
 mod tests;
