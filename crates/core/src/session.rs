@@ -168,6 +168,13 @@ impl StateMachine {
         postcard::from_bytes(data).map_err(|e| format!("corrupt state machine snapshot: {e}"))
     }
 
+    /// Whether `data` is a snapshot [`StateMachine::restore`] accepts. A protocol checks a
+    /// snapshot received from a peer before it acts on it (skips the slots it covers): a
+    /// corrupt one would leave the replica past slots whose state it never got.
+    pub fn is_valid_snapshot(data: &[u8]) -> bool {
+        Self::restore(data).is_ok()
+    }
+
     /// A digest of the replicated state (keys, values, expiries) for cross-replica comparison.
     pub fn digest(&self) -> u64 {
         self.kv.digest()

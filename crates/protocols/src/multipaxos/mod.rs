@@ -1520,7 +1520,7 @@ impl MultiPaxos {
 
     /// Jump to a peer's snapshot covering every slot up to `index`.
     fn install_snapshot(&mut self, ctx: &mut Ctx<'_>, index: u64, data: Bytes, members: Vec<MemberInfo>) {
-        if index <= self.log.executed_upto() {
+        if index <= self.log.executed_upto() || !synod_core::session::StateMachine::is_valid_snapshot(&data) {
             return;
         }
         ctx.push(Action::InstallSnapshot { data: data.clone() });

@@ -777,8 +777,12 @@ impl Raft {
             ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset, done: false });
             return;
         };
-        // Install: the snapshot replaces the state machine and the log up to its index.
+        // Install: the snapshot replaces the state machine and the log up to its index (a
+        // corrupt one is dropped: the leader sends it again).
         let data = Bytes::from(data);
+        if !synod_core::session::StateMachine::is_valid_snapshot(&data) {
+            return;
+        }
         ctx.push(Action::InstallSnapshot { data: data.clone() });
         self.snapshot = Some(Snapshot { index: m.index, term: m.snap_term, data });
         self.log.reset_to(m.index + 1);
