@@ -496,10 +496,49 @@ impl KvStore {
         self.insert(key.clone(), Value::Str(value), ttl);
     }
 
+    /// Like [`KvStore::apply`], but expiry is decided only for what the operation touches
+    /// (its footprint): its own keys, the keys in its range, or everything for a
+    /// whole-keyspace operation. Under a partial order (EPaxos) the result and state depend
+    /// only on the sequence of operations on each key, not on how operations on other keys
+    /// were interleaved.
+    pub fn apply_lazy(&mut self, op: &Op, now_ms: u64) -> OpResult {
+        match op.footprint() {
+            Footprint::None => {}
+            Footprint::Keys(keys) => {
+                let expired: Vec<Bytes> = keys
+                    .into_iter()
+                    .filter(|k| self.map.get(*k).and_then(|i| i.expire_at_ms).is_some_and(|t| t <= now_ms))
+                    .map(Bytes::copy_from_slice)
+                    .collect();
+                for k in expired {
+                    self.remove(&k);
+                }
+            }
+            Footprint::Range { start, end } => {
+                let expired: Vec<Bytes> = self
+                    .expiries
+                    .iter()
+                    .take_while(|(t, _)| *t <= now_ms)
+                    .filter(|(_, k)| &k[..] >= start && (end.is_empty() || &k[..] < end))
+                    .map(|(_, k)| k.clone())
+                    .collect();
+                for k in expired {
+                    self.remove(&k);
+                }
+            }
+            Footprint::All => self.purge_expired(now_ms),
+        }
+        self.run_at(op, now_ms)
+    }
+
     /// Run one operation at state-machine time `now_ms`. Deterministic: the same sequence of
     /// (operation, time) gives the same results and state on every replica.
     pub fn apply(&mut self, op: &Op, now_ms: u64) -> OpResult {
         self.purge_expired(now_ms);
+        self.run_at(op, now_ms)
+    }
+
+    fn run_at(&mut self, op: &Op, now_ms: u64) -> OpResult {
         if let Op::SetWithTtl { key, value, cond, ttl_ms, get } = op {
             let absolute = Op::Set {
                 key: key.clone(),
@@ -509,7 +548,7 @@ impl KvStore {
                 keep_ttl: false,
                 get: *get,
             };
-            return self.apply(&absolute, now_ms);
+            return self.run_at(&absolute, now_ms);
         }
         match self.apply_inner(op) {
             Ok(r) | Err(r) => r,

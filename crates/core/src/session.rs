@@ -8,12 +8,16 @@
 //! which keeps the table small even when a client pipelines requests.
 
 use crate::kv::{Command, KvStore, OpResult};
+use crate::protocol::Pos;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Most sessions kept; the least recently active session is evicted beyond this. Eviction
-/// depends only on the sequence of applied commands, so every replica evicts the same ones.
+/// depends only on the sequence of applied commands, so every replica evicts the same ones —
+/// under a total order. Under a partial order ([`Order::Partial`]) replicas apply
+/// non-interfering commands in different orders, so count-based eviction would pick
+/// different victims: there sessions are not evicted (see [`StateMachine::for_order`]).
 pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +54,19 @@ impl Applied {
     }
 }
 
+/// How the protocol orders commands, which decides what the state machine may depend on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Order {
+    /// One sequence of commands, the same on every replica (MultiPaxos, Raft, Mencius).
+    #[default]
+    Total,
+    /// Only interfering commands are ordered the same everywhere (EPaxos): non-interfering
+    /// ones (different keys, different sessions) may run in different orders on different
+    /// replicas. Then each command is run at its own stamped time, expiry is decided per key
+    /// when a command touches the key (lazily), and sessions are not evicted by count.
+    Partial,
+}
+
 /// KV store + session table: the replicated state machine. Its snapshot is one postcard blob.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateMachine {
@@ -62,6 +79,11 @@ pub struct StateMachine {
     /// Expiry is decided against it, so every replica decides the same.
     clock_ms: u64,
     max_sessions: usize,
+    order: Order,
+    /// Order-independent fingerprint of the positions applied (a wrapping sum of their
+    /// hashes): two replicas that applied the same set of positions have the same value,
+    /// whatever the order. The simulator compares states of replicas with equal fingerprints.
+    positions: u64,
 }
 
 impl Default for StateMachine {
@@ -82,7 +104,38 @@ impl StateMachine {
             applied: 0,
             clock_ms: 0,
             max_sessions: max_sessions.max(1),
+            order: Order::Total,
+            positions: 0,
         }
+    }
+
+    /// A state machine for a protocol with the given [`Order`].
+    pub fn for_order(order: Order) -> Self {
+        StateMachine { order, ..Self::new() }
+    }
+
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// The fingerprint of the set of positions applied so far (see [`StateMachine::apply_at`]).
+    pub fn positions_fingerprint(&self) -> u64 {
+        self.positions
+    }
+
+    /// Apply the command committed at `pos` (what drivers call): [`StateMachine::apply`] plus
+    /// the position's share of [`StateMachine::positions_fingerprint`].
+    pub fn apply_at(&mut self, pos: Pos, cmd: &Command) -> Applied {
+        let mut h = (pos.space as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ pos.index.rotate_left(17)
+            ^ ((pos.sub as u64) << 48);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^= h >> 33;
+        self.positions = self.positions.wrapping_add(h);
+        self.apply(cmd)
     }
 
     pub fn kv(&self) -> &KvStore {
@@ -105,8 +158,17 @@ impl StateMachine {
         // The state machine's clock only moves forward: a command stamped by a replica whose
         // clock lags behind does not turn time back.
         self.clock_ms = self.clock_ms.max(cmd.now_ms);
+        // Total order: every command runs at the state machine's clock (the same sequence of
+        // clocks everywhere). Partial order: at its own time, deciding expiry only for the keys
+        // it touches (commands on one key are ordered alike everywhere, so they decide alike).
+        let (at, lazy) = match self.order {
+            Order::Total => (self.clock_ms, false),
+            Order::Partial if cmd.now_ms > 0 => (cmd.now_ms, true),
+            Order::Partial => (self.clock_ms, true),
+        };
+        let run = |kv: &mut KvStore, op: &crate::kv::Op| if lazy { kv.apply_lazy(op, at) } else { kv.apply(op, at) };
         if cmd.client == 0 {
-            return Applied::Fresh(self.kv.apply(&cmd.op, self.clock_ms));
+            return Applied::Fresh(run(&mut self.kv, &cmd.op));
         }
         let now = self.applied;
         let is_new = !self.sessions.contains_key(&cmd.client);
@@ -128,12 +190,12 @@ impl StateMachine {
             // Either acknowledged already, or applied and forgotten: never apply twice.
             Applied::Stale
         } else {
-            let r = self.kv.apply(&cmd.op, self.clock_ms);
+            let r = run(&mut self.kv, &cmd.op);
             s.results.insert(cmd.seq, r.clone());
             s.max_applied = s.max_applied.max(cmd.seq);
             Applied::Fresh(r)
         };
-        if is_new && self.sessions.len() > self.max_sessions {
+        if is_new && self.order == Order::Total && self.sessions.len() > self.max_sessions {
             self.evict_one(cmd.client);
         }
         outcome
@@ -184,7 +246,7 @@ impl StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::Op;
+    use crate::kv::{Op, SetCond};
     use bytes::Bytes;
 
     fn put(client: u64, seq: u64, acked_below: u64, v: &str) -> Command {
@@ -282,5 +344,62 @@ mod tests {
         assert_eq!(r, sm);
         assert!(matches!(r.apply(&put(5, 1, 1, "v")), Applied::Duplicate(_)));
         assert!(StateMachine::restore(&snap[..snap.len() / 2]).is_err());
+    }
+
+    fn at(client: u64, now_ms: u64, op: Op) -> Command {
+        Command { client, seq: 1, acked_below: 1, now_ms, op }
+    }
+
+    #[test]
+    fn under_a_partial_order_expiry_depends_only_on_the_commands_of_each_key() {
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        // A sets a with a 100 ms TTL at t=1000; B reads b, stamped 5000 by a replica whose
+        // clock runs ahead; C reads a at t=1050. B interferes with neither, so EPaxos may
+        // apply [A, B, C] on one replica and [A, C, B] on another.
+        let a =
+            at(1, 1_000, Op::SetWithTtl { key: b("a"), value: b("1"), cond: SetCond::Always, ttl_ms: 100, get: false });
+        let bb = at(2, 5_000, Op::Get { key: b("b") });
+        let c = at(3, 1_050, Op::Get { key: b("a") });
+        let run = |order: Order, cmds: [&Command; 3]| {
+            let mut sm = StateMachine::for_order(order);
+            let results: Vec<OpResult> = cmds.iter().map(|c| sm.apply(c).result()).collect();
+            (results[2].clone(), sm.digest(), results)
+        };
+        // A total order runs C at the state machine's clock: which it is depends on B.
+        let (c1, _, _) = run(Order::Total, [&a, &bb, &c]);
+        let (_, _, r2) = run(Order::Total, [&a, &c, &bb]);
+        assert_eq!(c1, OpResult::Value(None));
+        assert_eq!(r2[1], OpResult::Value(Some(b("1"))));
+        // A partial order runs each command at its own time and expires only what it touches.
+        let (c1, d1, _) = run(Order::Partial, [&a, &bb, &c]);
+        let (_, d2, r2) = run(Order::Partial, [&a, &c, &bb]);
+        assert_eq!(c1, OpResult::Value(Some(b("1"))));
+        assert_eq!(r2[1], OpResult::Value(Some(b("1"))));
+        assert_eq!(d1, d2, "same state whatever the interleaving");
+        // A later command on the key does see it expired, and removes it.
+        let mut sm = StateMachine::for_order(Order::Partial);
+        sm.apply(&a);
+        assert_eq!(sm.apply(&at(4, 1_200, Op::Get { key: b("a") })).result(), OpResult::Value(None));
+        assert_eq!(sm.kv().len(), 0);
+    }
+
+    #[test]
+    fn the_positions_fingerprint_ignores_the_order_and_partial_order_keeps_every_session() {
+        let mut x = StateMachine::for_order(Order::Partial);
+        let mut y = StateMachine::for_order(Order::Partial);
+        let pos = |space: u32, index: u64| Pos { space, index, sub: 0 };
+        x.apply_at(pos(1, 1), &put(1, 1, 1, "a"));
+        x.apply_at(pos(2, 1), &put(2, 1, 1, "b"));
+        y.apply_at(pos(2, 1), &put(2, 1, 1, "b"));
+        y.apply_at(pos(1, 1), &put(1, 1, 1, "a"));
+        assert_eq!(x.positions_fingerprint(), y.positions_fingerprint());
+        y.apply_at(pos(1, 2), &put(1, 2, 2, "c"));
+        assert_ne!(x.positions_fingerprint(), y.positions_fingerprint());
+        // No count-based eviction under a partial order (it would depend on the order).
+        let mut p = StateMachine { max_sessions: 2, ..StateMachine::for_order(Order::Partial) };
+        for c in 1..=5 {
+            p.apply(&put(c, 1, 1, "x"));
+        }
+        assert_eq!(p.session_count(), 5);
     }
 }

@@ -109,7 +109,7 @@ impl Net {
                 }
                 Action::Reply { reply, .. } => self.replies.push(reply),
                 Action::Apply { pos, cmd, reply } => {
-                    let r = node.sm.apply(&cmd).result();
+                    let r = node.sm.apply_at(pos, &cmd).result();
                     node.applied.push((pos, cmd.clone()));
                     if reply.is_some() {
                         self.replies.push(Reply {

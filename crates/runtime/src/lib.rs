@@ -180,6 +180,9 @@ pub async fn run_protocol(
         },
     ));
     let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);
+    if let Ok(info) = synod_protocols::registry::find(&config.protocol) {
+        driver.set_order(info.order);
+    }
     let configured = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
     driver.set_peer_set(transport::PeerSet::new(identity, seed, configured, inbound, current_members));
     // The fault API moves the offset of the clock the node loop reads.

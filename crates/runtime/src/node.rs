@@ -192,6 +192,12 @@ impl Driver {
         &self.sm
     }
 
+    /// How the protocol orders commands (from the registry): the state machine decides
+    /// expiry and session eviction accordingly (`synod_core::session::Order`).
+    pub fn set_order(&mut self, order: synod_core::session::Order) {
+        self.sm = StateMachine::for_order(order);
+    }
+
     /// Hand the recovered records to the protocol; must come before any event.
     pub async fn recover(&mut self, records: Vec<Bytes>) -> anyhow::Result<()> {
         let mut actions = Vec::new();
@@ -353,8 +359,8 @@ impl Driver {
                     self.compacting.insert(id, (token, Instant::now()));
                 }
             },
-            Action::Apply { cmd, reply, .. } => {
-                let result = self.sm.apply(&cmd).result();
+            Action::Apply { pos, cmd, reply } => {
+                let result = self.sm.apply_at(pos, &cmd).result();
                 self.metrics.applied.increment(1);
                 if let Some(client) = reply {
                     let reply =

@@ -41,8 +41,13 @@ fn local(s: &Setup) -> Result<Box<dyn Protocol>, String> {
     Ok(Box::new(LocalApply { id: s.id, next: 0 }))
 }
 
-static LOCAL_APPLY: ProtocolInfo =
-    ProtocolInfo { name: "local-apply", description: "no agreement", leader_based: false, build: local };
+static LOCAL_APPLY: ProtocolInfo = ProtocolInfo {
+    name: "local-apply",
+    description: "no agreement",
+    leader_based: false,
+    order: synod_core::session::Order::Total,
+    build: local,
+};
 
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).unwrap_or("crates/sim/tests/histories".into()));

@@ -62,6 +62,12 @@ pub struct CheckSummary {
     pub seconds: f64,
 }
 
+/// Counters protocols report in `Status::extra` that say which paths a schedule exercised
+/// (EPaxos: slow path, SCCs of more than one instance, recovery; Mencius: skips and
+/// revocations). `synod check` prints in how many schedules each was non-zero at the end.
+pub const PATH_COUNTERS: &[&str] =
+    &["fast_path", "slow_path", "sccs_multi", "recoveries", "noops", "reproposed", "skips", "revocations"];
+
 /// Lines of trace shown with a violation.
 const TRACE_TAIL: usize = 40;
 
@@ -121,8 +127,26 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
     let start = Instant::now();
     let mut summary = CheckSummary::default();
     let mut code = 0;
+    // counter -> (schedules where it was non-zero, total over schedules)
+    let mut paths: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
     for &seed in &seeds {
         let report = sim::run(&config(seed, args.trace));
+        if let Some(last) = report.probes.last() {
+            for key in PATH_COUNTERS {
+                let total: u64 = last
+                    .statuses
+                    .iter()
+                    .flatten()
+                    .filter_map(|s| s.extra.get(*key).and_then(|v| v.parse::<u64>().ok()))
+                    .sum();
+                let seen = last.statuses.iter().flatten().any(|s| s.extra.contains_key(*key));
+                if seen {
+                    let e = paths.entry(key).or_default();
+                    e.0 += u64::from(total > 0);
+                    e.1 += total;
+                }
+            }
+        }
         summary.schedules += 1;
         summary.operations += report.history.ops.len() as u64;
         summary.indeterminate += report.stats.ops_indeterminate;
@@ -182,6 +206,11 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.virtual_seconds,
         summary.seconds
     );
+    if !paths.is_empty() {
+        let parts: Vec<String> =
+            paths.iter().map(|(k, (sched, total))| format!("{k} in {sched} schedules ({total} in all)")).collect();
+        println!("  paths (at the end of each run, summed over replicas): {}", parts.join(", "));
+    }
     code
 }
 

@@ -60,12 +60,27 @@ fn black_hole(s: &Setup) -> Result<Box<dyn Protocol>, String> {
     Ok(Box::new(LocalApply { id: s.id, next: 0, shared_slots: false, black_hole: true }))
 }
 
-static LOCAL_APPLY: ProtocolInfo =
-    ProtocolInfo { name: "local-apply", description: "no agreement", leader_based: false, build: local };
-static SHARED_SLOTS: ProtocolInfo =
-    ProtocolInfo { name: "local-apply-shared", description: "no agreement", leader_based: false, build: shared };
-static BLACK_HOLE: ProtocolInfo =
-    ProtocolInfo { name: "black-hole", description: "never answers", leader_based: false, build: black_hole };
+static LOCAL_APPLY: ProtocolInfo = ProtocolInfo {
+    name: "local-apply",
+    description: "no agreement",
+    leader_based: false,
+    order: synod_core::session::Order::Total,
+    build: local,
+};
+static SHARED_SLOTS: ProtocolInfo = ProtocolInfo {
+    name: "local-apply-shared",
+    description: "no agreement",
+    leader_based: false,
+    order: synod_core::session::Order::Total,
+    build: shared,
+};
+static BLACK_HOLE: ProtocolInfo = ProtocolInfo {
+    name: "black-hole",
+    description: "never answers",
+    leader_based: false,
+    order: synod_core::session::Order::Total,
+    build: black_hole,
+};
 
 /// The first failing seed in `seeds`, with its failure kind. Odd seeds run 5 replicas
 /// (two may be down at once, which some bugs need), even seeds 3.

@@ -1,0 +1,338 @@
+//! The commit protocol of Fig. 2: Phase 1 (PreAccept), Phase 2 (Paxos-Accept), Commit.
+
+use super::conflicts::interfere;
+use super::msg::{Attrs, InstId, Msg, Phase};
+use super::{Epaxos, Lead, Step, MAX_BATCH_BYTES};
+use synod_core::batch::Pending;
+use synod_core::{Ballot, ClientRef, Command, Ctx, NodeId};
+
+impl Epaxos {
+    // --- Phase 1: establish ordering constraints ------------------------------------------
+
+    /// A client request makes this replica its command leader. Requests queue while
+    /// `pipeline_window` own instances are in flight and then go out together in one
+    /// instance (batching, §7.6).
+    pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
+        self.queue.push(Some(client), cmd);
+        self.propose_pending(ctx);
+    }
+
+    pub(super) fn propose_pending(&mut self, ctx: &mut Ctx<'_>) {
+        while !self.queue.is_empty() {
+            let in_flight = self.proposed.len();
+            if in_flight >= self.params.pipeline_window.max(1) {
+                return;
+            }
+            let batch = self.queue.take(self.params.max_batch.max(1), MAX_BATCH_BYTES);
+            self.propose(ctx, batch);
+        }
+    }
+
+    /// Lines 1–5: a new instance of our own, attributes from our log, PreAccept to the fast
+    /// quorum (thrifty, §6.2).
+    fn propose(&mut self, ctx: &mut Ctx<'_>, batch: Vec<Pending>) {
+        let index = self.known[self.me] + 1;
+        self.known[self.me] = index;
+        let id = InstId { space: self.id, index };
+        let cmds: Vec<Command> = batch.iter().map(|p| p.cmd.clone()).collect();
+        let attrs = self.conflicts.attrs_for(&cmds);
+        let ballot = Self::default_ballot(self.id);
+        self.vote(id, ballot, Phase::PreAccepted, cmds.clone(), attrs.clone());
+        self.persist(ctx, id);
+        self.proposed.insert(index, batch);
+        self.unsettled.insert(id, ctx.now);
+        let step = Step::PreAccept { replies: Default::default(), fast: true, to_all: false, merged: attrs.clone() };
+        self.leads.insert(id, Lead { ballot, step, since: ctx.now });
+        let msg = Msg::PreAccept { ballot, inst: id, cmds, attrs };
+        for peer in self.fast_peers() {
+            ctx.send(peer, &msg);
+        }
+        self.check_pre_accept(ctx, id);
+    }
+
+    /// Record this replica's vote for an instance (pre-accept or accept) at `ballot`.
+    pub(super) fn vote(&mut self, id: InstId, ballot: Ballot, phase: Phase, cmds: Vec<Command>, attrs: Attrs) {
+        let p = self.pos_of(id.space).expect("a member's instance");
+        self.conflicts.record(p, id.index, &cmds, attrs.seq);
+        let i = self.inst_mut(id);
+        i.ballot = ballot;
+        i.vballot = ballot;
+        i.phase = phase;
+        i.cmds = cmds;
+        i.attrs = attrs;
+    }
+
+    /// Lines 6–9.
+    pub(super) fn on_pre_accept(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        id: InstId,
+        cmds: Vec<Command>,
+        attrs: Attrs,
+    ) {
+        if !self.valid(id) || attrs.deps.len() != self.n() {
+            return;
+        }
+        let (phase, promised, vballot) = match self.inst(id) {
+            Some(i) => (i.phase, i.ballot, i.vballot),
+            None => (Phase::None, Ballot::ZERO, Ballot::ZERO),
+        };
+        if phase == Phase::Committed {
+            self.send_commit(ctx, from, id);
+            return;
+        }
+        if ballot < promised {
+            ctx.send(from, &Msg::Nack { ballot, inst: id, promised });
+            return;
+        }
+        if phase != Phase::None && vballot == ballot {
+            // A retransmission: answer what we answered (an accept at this ballot is newer).
+            if phase == Phase::PreAccepted {
+                let attrs = self.inst(id).expect("known").attrs.clone();
+                ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs, changed: true });
+            }
+            return;
+        }
+        let mut updated = attrs.clone();
+        updated.merge(&self.conflicts.attrs_for(&cmds));
+        let changed = updated != attrs;
+        self.vote(id, ballot, Phase::PreAccepted, cmds, updated.clone());
+        self.saw(id, ctx.now);
+        self.persist(ctx, id);
+        ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs: updated, changed });
+    }
+
+    /// Lines 10–15 (a reply arrived).
+    pub(super) fn on_pre_accept_ok(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        id: InstId,
+        attrs: Attrs,
+    ) {
+        let n = self.n();
+        let Some(lead) = self.leads.get_mut(&id) else { return };
+        if lead.ballot != ballot || attrs.deps.len() != n {
+            return;
+        }
+        let Step::PreAccept { replies, merged, .. } = &mut lead.step else { return };
+        merged.merge(&attrs);
+        replies.insert(from, attrs);
+        self.check_pre_accept(ctx, id);
+    }
+
+    /// Line 10: commit on the fast path if the whole fast quorum answered with identical
+    /// attributes; otherwise, once a majority answered, lines 13–15: the slow path with the
+    /// union.
+    pub(super) fn check_pre_accept(&mut self, ctx: &mut Ctx<'_>, id: InstId) {
+        let fast_needed = self.fast_quorum.saturating_sub(1);
+        let slow_needed = self.slow_replies();
+        let Some(lead) = self.leads.get(&id) else { return };
+        let Step::PreAccept { replies, fast, merged, .. } = &lead.step else { return };
+        let ballot = lead.ballot;
+        let first = replies.values().next();
+        let same = replies.values().all(|a| Some(a) == first);
+        let Some(inst) = self.inst(id) else { return };
+        let cmds = inst.cmds.clone();
+        if *fast && same && replies.len() >= fast_needed {
+            let attrs = first.cloned().unwrap_or_else(|| inst.attrs.clone());
+            self.counters.fast += 1;
+            self.commit(ctx, id, cmds, attrs);
+        } else if replies.len() >= slow_needed && !(*fast && same && replies.len() < fast_needed) {
+            let attrs = merged.clone();
+            self.counters.slow += 1;
+            self.start_accept(ctx, id, ballot, cmds, attrs);
+        }
+    }
+
+    // --- Phase 2: Paxos-Accept -------------------------------------------------------------
+
+    /// Lines 16–17 (also lines 31 and 33 of recovery, at a higher ballot).
+    pub(super) fn start_accept(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: InstId,
+        ballot: Ballot,
+        cmds: Vec<Command>,
+        attrs: Attrs,
+    ) {
+        self.vote(id, ballot, Phase::Accepted, cmds.clone(), attrs.clone());
+        self.persist(ctx, id);
+        let step = Step::Accept { acks: Default::default() };
+        self.leads.insert(id, Lead { ballot, step, since: ctx.now });
+        self.send_all(ctx, &Msg::Accept { ballot, inst: id, cmds: cmds.clone(), attrs: attrs.clone() });
+        if self.slow_replies() == 0 {
+            self.commit(ctx, id, cmds, attrs);
+        }
+    }
+
+    /// Lines 18–19.
+    pub(super) fn on_accept(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        id: InstId,
+        cmds: Vec<Command>,
+        attrs: Attrs,
+    ) {
+        if !self.valid(id) || attrs.deps.len() != self.n() {
+            return;
+        }
+        let (phase, promised) = self.inst(id).map_or((Phase::None, Ballot::ZERO), |i| (i.phase, i.ballot));
+        if phase == Phase::Committed {
+            self.send_commit(ctx, from, id);
+            return;
+        }
+        if ballot < promised {
+            ctx.send(from, &Msg::Nack { ballot, inst: id, promised });
+            return;
+        }
+        self.vote(id, ballot, Phase::Accepted, cmds, attrs);
+        self.saw(id, ctx.now);
+        self.persist(ctx, id);
+        ctx.send(from, &Msg::AcceptOk { ballot, inst: id });
+    }
+
+    /// Line 20.
+    pub(super) fn on_accept_ok(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, id: InstId) {
+        let Some(lead) = self.leads.get_mut(&id) else { return };
+        if lead.ballot != ballot {
+            return;
+        }
+        let Step::Accept { acks } = &mut lead.step else { return };
+        acks.insert(from);
+        if acks.len() >= self.slow_replies() {
+            let Some(inst) = self.inst(id) else { return };
+            let (cmds, attrs) = (inst.cmds.clone(), inst.attrs.clone());
+            self.commit(ctx, id, cmds, attrs);
+        }
+    }
+
+    /// A refusal: somebody with a higher ballot has taken the instance over. We stop leading
+    /// it; what it ends up holding reaches us as a commit.
+    pub(super) fn on_nack(&mut self, _ctx: &mut Ctx<'_>, ballot: Ballot, id: InstId, promised: Ballot) {
+        if !self.valid(id) {
+            return;
+        }
+        if self.leads.get(&id).is_some_and(|l| l.ballot == ballot) && promised > ballot {
+            self.leads.remove(&id);
+            let i = self.inst_mut(id);
+            i.ballot = i.ballot.max(promised);
+        }
+    }
+
+    // --- Commit ------------------------------------------------------------------------------
+
+    /// Lines 21–23: commit locally, tell every other replica.
+    pub(super) fn commit(&mut self, ctx: &mut Ctx<'_>, id: InstId, cmds: Vec<Command>, attrs: Attrs) {
+        self.leads.remove(&id);
+        self.on_commit(ctx, id, cmds.clone(), attrs.clone());
+        self.send_all(ctx, &Msg::Commit { entries: vec![(id, cmds, attrs)] });
+        self.execute(ctx);
+    }
+
+    pub(super) fn send_commit(&self, ctx: &mut Ctx<'_>, to: NodeId, id: InstId) {
+        if let Some(i) = self.inst(id).filter(|i| i.phase == Phase::Committed) {
+            ctx.send(to, &Msg::Commit { entries: vec![(id, i.cmds.clone(), i.attrs.clone())] });
+        }
+    }
+
+    /// Line 24 (and the local half of lines 21–23). Does not execute: callers do.
+    pub(super) fn on_commit(&mut self, ctx: &mut Ctx<'_>, id: InstId, cmds: Vec<Command>, attrs: Attrs) {
+        if !self.valid(id) || attrs.deps.len() != self.n() || self.is_committed(id) {
+            return;
+        }
+        let p = self.pos_of(id.space).expect("valid");
+        self.conflicts.record(p, id.index, &cmds, attrs.seq);
+        let i = self.inst_mut(id);
+        i.phase = Phase::Committed;
+        i.cmds = cmds.clone();
+        i.attrs = attrs;
+        self.persist(ctx, id);
+        self.saw(id, ctx.now);
+        self.unsettled.remove(&id);
+        self.takeover_at.remove(&id);
+        self.leads.remove(&id);
+        self.to_execute.insert(id);
+        self.advance_committed(p);
+        if id.space == self.id {
+            self.repropose_displaced(ctx, id.index, &cmds);
+        }
+    }
+
+    /// One of our instances was finished by another replica with other commands (a no-op):
+    /// propose the requests we had put there again.
+    fn repropose_displaced(&mut self, ctx: &mut Ctx<'_>, index: u64, chosen: &[Command]) {
+        let Some(batch) = self.proposed.get_mut(&index) else { return };
+        let (keep, displaced): (Vec<Pending>, Vec<Pending>) = std::mem::take(batch)
+            .into_iter()
+            .partition(|p| chosen.iter().any(|c| c.client == p.cmd.client && c.seq == p.cmd.seq));
+        *batch = keep;
+        if batch.is_empty() {
+            self.proposed.remove(&index);
+        }
+        if !displaced.is_empty() {
+            self.counters.reproposed += displaced.len() as u64;
+            for p in displaced {
+                self.queue.push(p.client, p.cmd);
+            }
+            self.propose_pending(ctx);
+        }
+    }
+
+    pub(super) fn advance_committed(&mut self, p: usize) {
+        while self.insts[p].get(&(self.committed_upto[p] + 1)).is_some_and(|i| i.phase == Phase::Committed) {
+            self.committed_upto[p] += 1;
+        }
+    }
+
+    /// Resend what a lead is waiting for after `retry`; a thrifty PreAccept that did not hear
+    /// from the whole fast quorum falls back to every replica and the slow path (§6.2).
+    pub(super) fn retransmit(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let due: Vec<InstId> =
+            self.leads.iter().filter(|(_, l)| now.since(l.since) >= self.retry).map(|(id, _)| *id).collect();
+        let peers: Vec<NodeId> = self.members.iter().copied().filter(|&m| m != self.id).collect();
+        for id in due {
+            let Some(inst) = self.inst(id) else { continue };
+            let (cmds, attrs) = (inst.cmds.clone(), inst.attrs.clone());
+            let lead = self.leads.get_mut(&id).expect("due");
+            lead.since = now;
+            let ballot = lead.ballot;
+            match &mut lead.step {
+                Step::PreAccept { replies, fast, to_all, .. } => {
+                    *fast = false;
+                    *to_all = true;
+                    let msg = Msg::PreAccept { ballot, inst: id, cmds, attrs };
+                    let missing: Vec<NodeId> = peers.iter().copied().filter(|p| !replies.contains_key(p)).collect();
+                    for p in missing {
+                        ctx.send(p, &msg);
+                    }
+                    self.check_pre_accept(ctx, id);
+                }
+                Step::Accept { acks } => {
+                    let msg = Msg::Accept { ballot, inst: id, cmds, attrs };
+                    let missing: Vec<NodeId> = peers.iter().copied().filter(|p| !acks.contains(p)).collect();
+                    for p in missing {
+                        ctx.send(p, &msg);
+                    }
+                }
+                Step::Prepare { replies } => {
+                    let missing: Vec<NodeId> = peers.iter().copied().filter(|p| !replies.contains_key(p)).collect();
+                    for p in missing {
+                        ctx.send(p, &Msg::Prepare { ballot, inst: id });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether instance `a`'s commands and `b`'s interfere (for execution).
+pub(super) fn batches_interfere(a: &[Command], b: &[Command]) -> bool {
+    interfere(a, b)
+}

@@ -1,0 +1,576 @@
+//! Egalitarian Paxos (Moraru, Andersen, Kaminsky, "There Is More Consensus in Egalitarian
+//! Parliaments", SOSP 2013).
+//!
+//! No leader: the replica a client talks to becomes the *command leader* of that command and
+//! orders it in its own instance sub-space `L.i` (§4.1). Commands are ordered by dependencies,
+//! not by a log: each carries `deps` (the instances it must follow) and `seq` (to break cycles),
+//! agreed on as in Fig. 2:
+//!
+//! - **Phase 1 — PreAccept** ([`commit`]): the command leader computes `deps`/`seq` from its
+//!   log (lines 1–5) and sends them to a fast quorum; each replica adds what it knows (lines
+//!   6–9). Identical answers from the whole fast quorum commit at once (the *fast path*, line
+//!   11); otherwise the union is chosen with a classic Paxos-Accept round (the *slow path*,
+//!   lines 13–20). Commit is broadcast (lines 21–24).
+//! - **Execution** ([`execute`], §4.3.2): a committed command runs once every instance in its
+//!   dependency graph is committed; strongly connected components (Tarjan) run in inverse
+//!   topological order, by `seq` inside a component.
+//! - **Explicit Prepare** ([`recovery`], Fig. 3, §4.6): a replica that waits too long for an
+//!   instance takes it over with a higher ballot, learns from a majority what may have been
+//!   chosen and finishes it (the command, or a no-op if nobody saw it).
+//!
+//! Quorums (§4.4, NOTES.md): the slow path needs F+1 of N = 2F+1. The fast quorum is the
+//! optimized F + ⌊(F+1)/2⌋ (`fast_quorum=optimized`) or the basic 2F (`fast_quorum=basic`).
+//! Both are 2 for N = 3. For N ≥ 5 the optimized quorum needs the TryPreAccept recovery of
+//! §4.4, which is not implemented yet: there only `basic` is accepted (and is the default).
+//!
+//! Choices where the paper leaves room, and deviations:
+//! - **thrifty** (§6.2, as in the paper's evaluation): PreAccepts go only to the fast quorum,
+//!   chosen as the peers with the lowest measured round-trip time (§7.3: a slow replica is
+//!   left out). If they do not all answer within `retry_ms`, the leader sends to every peer
+//!   and gives up the fast path for that instance. That also keeps Fig. 3's line 32 sound:
+//!   only a fast-quorum member can hold a default-ballot pre-accept of an instance that was
+//!   committed on the fast path.
+//! - **dependencies** are one entry per replica (§4.5): `deps[k]` = the highest interfering
+//!   instance of replica k. Our interference is not transitive (a SCAN interferes with two
+//!   PUTs that do not), so execution treats every instance of k up to `deps[k]` as a possible
+//!   dependency and checks interference itself, waiting for any of them that is not yet
+//!   committed (§4.5, end).
+//! - **sessions**: all commands of one client session interfere (they touch the session's
+//!   entry in the state machine), so retries and the exactly-once table are ordered the same
+//!   everywhere.
+//! - **replies** go to the client after execution at the command leader (the paper's
+//!   execution latency); a command whose instance is taken over and finished as a no-op is
+//!   proposed again in a new instance.
+//! - **catch-up**: replicas announce the highest instance they know per sub-space in
+//!   heartbeats; a replica missing a commit first asks for it (Fetch), then runs Explicit
+//!   Prepare.
+//! - **durability**: every vote (pre-accept, accept, promise) is persisted before it is sent
+//!   (Prop. 1 and 2 need the `cmds` log on stable storage); after a restart a replica re-runs
+//!   every committed command from an empty state machine and finishes its own unfinished
+//!   instances through Explicit Prepare.
+//!
+//! Not yet: snapshots and log compaction (the instance log grows with the number of
+//! commands), membership changes (§4.7's epochs), the optimized recovery with TryPreAccept,
+//! non-thrifty fast paths with the "unchanged attributes" rule, commit-time replies, and the
+//! §4.9 priority of old commands over new ones.
+
+pub mod msg;
+#[cfg(test)]
+mod tests;
+
+mod commit;
+mod conflicts;
+mod execute;
+mod recovery;
+
+use crate::registry::Setup;
+use bytes::Bytes;
+use conflicts::Conflicts;
+use msg::{Attrs, InstId, Msg, Phase, Record, Reported};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use synod_core::batch::{Batcher, Pending};
+use synod_core::protocol::{decode, encode};
+use synod_core::{
+    Ballot, Command, Ctx, Event, NodeId, Protocol, ProtocolParams, ReplyBody, Role, Status, Time, TimerId,
+};
+
+const TIMER_TICK: TimerId = 1;
+/// Most bytes of commands in one instance (a batch, §7.6).
+const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Instances further than this past a sub-space's committed prefix are ignored: a replica
+/// that far behind catches up first, and a malformed instance number cannot make it track a
+/// huge range.
+const MAX_AHEAD: u64 = 1 << 16;
+/// Most instances asked for (Fetch) or taken over (Explicit Prepare) per tick.
+const MAX_PER_TICK: usize = 256;
+
+/// Registry constructor.
+pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    Ok(Box::new(Epaxos::new(setup, Variant::default())?))
+}
+
+/// Deliberate deviations, used only by the mutation tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Variant {
+    /// A fast quorum one replica too small (unsafe: two fast quorums need not intersect in
+    /// enough replicas for recovery, and for N = 3 the leader commits alone).
+    pub small_fast_quorum: bool,
+}
+
+/// The fast-quorum rule of §4.4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastQuorum {
+    /// F + ⌊(F+1)/2⌋ replicas including the command leader.
+    Optimized,
+    /// 2F replicas (the basic protocol of §4.3).
+    Basic,
+}
+
+/// An instance as this replica knows it (`cmds_R[L][i]`).
+#[derive(Clone, Debug, Default)]
+struct Instance {
+    /// Highest ballot promised for the instance.
+    ballot: Ballot,
+    /// Ballot of the current vote (pre-accept / accept), reported by Prepare.
+    vballot: Ballot,
+    phase: Phase,
+    /// The command batch; empty = no-op.
+    cmds: Vec<Command>,
+    attrs: Attrs,
+    executed: bool,
+}
+
+/// What a command leader (or a replica recovering an instance) is doing for an instance.
+struct Lead {
+    ballot: Ballot,
+    step: Step,
+    /// When the current step started (retransmission).
+    since: Time,
+}
+
+enum Step {
+    /// Waiting for PreAcceptOKs (lines 10–15).
+    PreAccept {
+        replies: BTreeMap<NodeId, Attrs>,
+        /// The fast path is still possible (thrifty and no fallback yet, not a recovery).
+        fast: bool,
+        /// Sent to every peer, not only the fast quorum.
+        to_all: bool,
+        merged: Attrs,
+    },
+    /// Waiting for AcceptOKs (line 20).
+    Accept { acks: BTreeSet<NodeId> },
+    /// Explicit Prepare: waiting for PrepareOKs (lines 26–37).
+    Prepare { replies: BTreeMap<NodeId, Option<Reported>> },
+}
+
+/// Counters shown in `status()` (and summed by `synod check`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Counters {
+    fast: u64,
+    slow: u64,
+    recoveries: u64,
+    noops: u64,
+    sccs_multi: u64,
+    scc_max: u64,
+    executed: u64,
+    reproposed: u64,
+}
+
+pub struct Epaxos {
+    id: NodeId,
+    /// Members in sorted order; `deps` entries follow this order.
+    members: Vec<NodeId>,
+    me: usize,
+    params: ProtocolParams,
+    fast_quorum: usize,
+
+    retry: Duration,
+    /// Instances per sub-space (index into `members`).
+    insts: Vec<BTreeMap<u64, Instance>>,
+    /// Highest instance index known to exist per sub-space.
+    known: Vec<u64>,
+    /// Every instance up to this is committed, per sub-space.
+    committed_upto: Vec<u64>,
+    /// Every instance up to this is executed, per sub-space.
+    executed_upto: Vec<u64>,
+    /// Committed, not yet executed.
+    to_execute: BTreeSet<InstId>,
+    conflicts: Conflicts,
+    leads: BTreeMap<InstId, Lead>,
+    /// Own proposals not yet executed: the requests to answer, or to propose again if the
+    /// instance ends up with other commands (a no-op after a takeover).
+    proposed: BTreeMap<u64, Vec<Pending>>,
+    queue: Batcher,
+    /// Instances known (or known to exist) and not committed here, since when.
+    unsettled: BTreeMap<InstId, Time>,
+    /// When each unsettled instance may be taken over (randomized, so replicas do not duel).
+    takeover_at: BTreeMap<InstId, Time>,
+    rtt: BTreeMap<NodeId, Duration>,
+    counters: Counters,
+}
+
+impl Epaxos {
+    pub(crate) fn new(setup: &Setup, variant: Variant) -> Result<Epaxos, String> {
+        setup.params.check_options("epaxos", &["fast_quorum", "thrifty", "retry_ms"])?;
+        let mut members = setup.members.clone();
+        members.sort_unstable();
+        members.dedup();
+        let Some(me) = members.iter().position(|&m| m == setup.id) else {
+            return Err(format!("replica {} is not among the members {members:?}", setup.id));
+        };
+        let n = members.len();
+        let f = (n - 1) / 2;
+        let rule = match setup.params.options.get("fast_quorum").map(|s| s.as_str()) {
+            None if n <= 3 => FastQuorum::Optimized,
+            None => FastQuorum::Basic,
+            Some("optimized") => FastQuorum::Optimized,
+            Some("basic") => FastQuorum::Basic,
+            Some(v) => return Err(format!("option fast_quorum: expected optimized or basic, got {v:?}")),
+        };
+        let optimized = f + f.div_ceil(2); // F + floor((F+1)/2)
+        let mut fast_quorum = match rule {
+            FastQuorum::Optimized => optimized,
+            FastQuorum::Basic => 2 * f,
+        };
+        if rule == FastQuorum::Optimized && optimized != 2 * f {
+            return Err(format!(
+                "fast_quorum=optimized with {n} replicas needs the TryPreAccept recovery of §4.4, which is not \
+                 implemented; use fast_quorum=basic (fast quorum {})",
+                2 * f
+            ));
+        }
+        fast_quorum = fast_quorum.max(1);
+        if variant.small_fast_quorum {
+            fast_quorum -= 1;
+        }
+        let thrifty = setup.params.flag("thrifty", true)?; // only thrifty is implemented
+        if !thrifty {
+            return Err("thrifty=off needs the \"unchanged attributes\" fast-path rule of §4.4, which is not \
+                        implemented; EPaxos runs thrifty (§6.2)"
+                .into());
+        }
+        let retry = match setup.params.options.get("retry_ms") {
+            None => Duration::from_millis(setup.params.election_timeout_min_ms.max(2) / 2),
+            Some(v) => Duration::from_millis(v.parse().map_err(|_| format!("option retry_ms: not a number: {v:?}"))?),
+        };
+        Ok(Epaxos {
+            id: setup.id,
+            me,
+            params: setup.params.clone(),
+            fast_quorum,
+
+            retry,
+            insts: vec![BTreeMap::new(); n],
+            known: vec![0; n],
+            committed_upto: vec![0; n],
+            executed_upto: vec![0; n],
+            to_execute: BTreeSet::new(),
+            conflicts: Conflicts::new(n),
+            leads: BTreeMap::new(),
+            proposed: BTreeMap::new(),
+            queue: Batcher::new(),
+            unsettled: BTreeMap::new(),
+            takeover_at: BTreeMap::new(),
+            rtt: BTreeMap::new(),
+            counters: Counters::default(),
+            members,
+        })
+    }
+
+    // --- helpers -----------------------------------------------------------------------------
+
+    fn n(&self) -> usize {
+        self.members.len()
+    }
+
+    /// ⌊N/2⌋: the replies (besides the command leader's own vote) a slow path needs.
+    fn slow_replies(&self) -> usize {
+        self.n() / 2
+    }
+
+    fn pos_of(&self, node: NodeId) -> Option<usize> {
+        self.members.iter().position(|&m| m == node)
+    }
+
+    fn default_ballot(space: NodeId) -> Ballot {
+        Ballot::new(0, space)
+    }
+
+    fn inst(&self, id: InstId) -> Option<&Instance> {
+        let p = self.pos_of(id.space)?;
+        self.insts[p].get(&id.index)
+    }
+
+    fn inst_mut(&mut self, id: InstId) -> &mut Instance {
+        let p = self.pos_of(id.space).expect("a member's instance");
+        self.insts[p].entry(id.index).or_default()
+    }
+
+    /// Whether `id` names an instance this replica handles (a member's, within the window).
+    fn valid(&self, id: InstId) -> bool {
+        match self.pos_of(id.space) {
+            Some(p) => id.index >= 1 && id.index <= self.committed_upto[p].saturating_add(MAX_AHEAD),
+            None => false,
+        }
+    }
+
+    fn is_committed(&self, id: InstId) -> bool {
+        self.inst(id).is_some_and(|i| i.phase == Phase::Committed)
+    }
+
+    /// Note that instance `id` exists (it was mentioned by a peer).
+    fn saw(&mut self, id: InstId, now: Time) {
+        let Some(p) = self.pos_of(id.space) else { return };
+        if id.index > self.known[p] && id.index <= self.committed_upto[p].saturating_add(MAX_AHEAD) {
+            self.known[p] = id.index;
+        }
+        if !self.is_committed(id) {
+            self.unsettled.entry(id).or_insert(now);
+        }
+    }
+
+    fn persist(&self, ctx: &mut Ctx<'_>, id: InstId) {
+        let Some(i) = self.inst(id) else { return };
+        let rec = Record::Inst {
+            inst: id,
+            ballot: i.ballot,
+            vballot: i.vballot,
+            phase: i.phase,
+            cmds: i.cmds.clone(),
+            attrs: i.attrs.clone(),
+        };
+        ctx.persist(0, vec![encode(&rec)]);
+    }
+
+    /// The peers a thrifty PreAccept goes to: the fast quorum minus this replica, the peers
+    /// with the lowest measured round-trip time first (§7.3), ring order among equals.
+    fn fast_peers(&self) -> Vec<NodeId> {
+        let n = self.n();
+        let mut peers: Vec<(Duration, usize, NodeId)> = (1..n)
+            .map(|k| {
+                let node = self.members[(self.me + k) % n];
+                (self.rtt.get(&node).copied().unwrap_or(Duration::from_secs(3600)), k, node)
+            })
+            .collect();
+        peers.sort();
+        peers.into_iter().take(self.fast_quorum.saturating_sub(1)).map(|(_, _, node)| node).collect()
+    }
+
+    fn send_all(&self, ctx: &mut Ctx<'_>, msg: &Msg) {
+        ctx.broadcast(msg);
+    }
+
+    // --- events -----------------------------------------------------------------------------
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::PreAccept { ballot, inst, cmds, attrs } => self.on_pre_accept(ctx, from, ballot, inst, cmds, attrs),
+            Msg::PreAcceptOk { ballot, inst, attrs, .. } => self.on_pre_accept_ok(ctx, from, ballot, inst, attrs),
+            Msg::Accept { ballot, inst, cmds, attrs } => self.on_accept(ctx, from, ballot, inst, cmds, attrs),
+            Msg::AcceptOk { ballot, inst } => self.on_accept_ok(ctx, from, ballot, inst),
+            Msg::Nack { ballot, inst, promised } => self.on_nack(ctx, ballot, inst, promised),
+            Msg::Commit { entries } => {
+                for (inst, cmds, attrs) in entries {
+                    self.on_commit(ctx, inst, cmds, attrs);
+                }
+                self.execute(ctx);
+            }
+            Msg::Prepare { ballot, inst } => self.on_prepare(ctx, from, ballot, inst),
+            Msg::PrepareOk { ballot, inst, state } => self.on_prepare_ok(ctx, from, ballot, inst, state),
+            Msg::Fetch { insts } => self.on_fetch(ctx, from, insts),
+            Msg::Heartbeat { known, sent } => {
+                for (p, &k) in known.iter().enumerate().take(self.n()) {
+                    let space = self.members[p];
+                    if k > self.known[p] {
+                        self.saw(InstId { space, index: k }, ctx.now);
+                    }
+                }
+                ctx.send(from, &Msg::Pong { sent });
+            }
+            Msg::Pong { sent } => {
+                if ctx.now >= sent {
+                    let sample = ctx.now.since(sent);
+                    let rtt = self.rtt.entry(from).or_insert(sample);
+                    *rtt = (*rtt * 7 + sample) / 8;
+                }
+            }
+        }
+    }
+
+    /// Answer a Fetch with the commits this replica has.
+    fn on_fetch(&mut self, ctx: &mut Ctx<'_>, from: NodeId, insts: Vec<InstId>) {
+        let entries: Vec<(InstId, Vec<Command>, Attrs)> = insts
+            .into_iter()
+            .take(MAX_PER_TICK)
+            .filter_map(|id| {
+                let i = self.inst(id)?;
+                (i.phase == Phase::Committed).then(|| (id, i.cmds.clone(), i.attrs.clone()))
+            })
+            .collect();
+        if !entries.is_empty() {
+            ctx.send(from, &Msg::Commit { entries });
+        }
+    }
+
+    /// The periodic tick: heartbeats, retransmissions, asking for missing commits and taking
+    /// over instances that stay uncommitted (§4.6).
+    fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.set_timer(TIMER_TICK, self.params.heartbeat());
+        self.send_all(ctx, &Msg::Heartbeat { known: self.known.clone(), sent: ctx.now });
+        self.retransmit(ctx);
+        // Gaps: instances known to exist but never seen here.
+        for p in 0..self.n() {
+            let space = self.members[p];
+            let hi = self.known[p].min(self.committed_upto[p] + MAX_AHEAD);
+            let mut lo = self.committed_upto[p] + 1;
+            let mut added = 0;
+            while lo <= hi && added < 4 * MAX_PER_TICK {
+                let id = InstId { space, index: lo };
+                if !self.is_committed(id) {
+                    self.unsettled.entry(id).or_insert(ctx.now);
+                    added += 1;
+                }
+                lo += 1;
+            }
+        }
+        let fetch_after = self.params.heartbeat() * 2;
+        let mut fetch = Vec::new();
+        let mut takeover = Vec::new();
+        for (&id, &since) in &self.unsettled {
+            if self.leads.contains_key(&id) {
+                continue;
+            }
+            let waited = ctx.now.since(since);
+            if waited >= fetch_after && fetch.len() < MAX_PER_TICK {
+                fetch.push(id);
+            }
+            match self.takeover_at.get(&id) {
+                Some(&at) if ctx.now >= at && takeover.len() < MAX_PER_TICK => takeover.push(id),
+                _ => {}
+            }
+        }
+        let pending: Vec<InstId> =
+            self.unsettled.keys().filter(|id| !self.takeover_at.contains_key(id)).copied().collect();
+        for id in pending {
+            let since = self.unsettled[&id];
+            let delay = ctx.random_between(
+                Duration::from_millis(self.params.election_timeout_min_ms),
+                Duration::from_millis(self.params.election_timeout_max_ms),
+            );
+            self.takeover_at.insert(id, since + delay);
+        }
+        if !fetch.is_empty() {
+            self.send_all(ctx, &Msg::Fetch { insts: fetch });
+        }
+        for id in takeover {
+            self.takeover_at.remove(&id);
+            self.start_recovery(ctx, id);
+        }
+    }
+
+    fn status_extra(&self) -> BTreeMap<String, String> {
+        let c = &self.counters;
+        let mut extra = BTreeMap::new();
+        extra.insert("fast_path".into(), c.fast.to_string());
+        extra.insert("slow_path".into(), c.slow.to_string());
+        extra.insert("recoveries".into(), c.recoveries.to_string());
+        extra.insert("noops".into(), c.noops.to_string());
+        extra.insert("sccs_multi".into(), c.sccs_multi.to_string());
+        extra.insert("scc_max".into(), c.scc_max.to_string());
+        extra.insert("commands_executed".into(), c.executed.to_string());
+        extra.insert("reproposed".into(), c.reproposed.to_string());
+        extra.insert("fast_quorum".into(), self.fast_quorum.to_string());
+        extra.insert("instances".into(), self.insts.iter().map(|m| m.len()).sum::<usize>().to_string());
+        extra.insert("unsettled".into(), self.unsettled.len().to_string());
+        extra
+    }
+}
+
+impl Protocol for Epaxos {
+    fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
+        let mut latest: BTreeMap<InstId, Instance> = BTreeMap::new();
+        for bytes in records {
+            let Ok(Record::Inst { inst, ballot, vballot, phase, cmds, attrs }) = decode::<Record>(&bytes) else {
+                continue;
+            };
+            if self.pos_of(inst.space).is_none() || inst.index == 0 {
+                continue;
+            }
+            let e = latest.entry(inst).or_default();
+            if e.phase == Phase::Committed {
+                continue;
+            }
+            *e = Instance { ballot, vballot, phase, cmds, attrs, executed: false };
+        }
+        for (id, inst) in latest {
+            let p = self.pos_of(id.space).expect("checked");
+            self.known[p] = self.known[p].max(id.index);
+            if inst.phase != Phase::None {
+                self.conflicts.record(p, id.index, &inst.cmds, inst.attrs.seq);
+            }
+            let committed = inst.phase == Phase::Committed;
+            self.insts[p].insert(id.index, inst);
+            if committed {
+                self.to_execute.insert(id);
+            } else {
+                self.unsettled.insert(id, ctx.now);
+            }
+        }
+        for p in 0..self.n() {
+            self.advance_committed(p);
+        }
+        self.execute(ctx);
+        ctx.set_timer(TIMER_TICK, self.params.heartbeat());
+    }
+
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+        match event {
+            Event::Message { from, msg, .. } => {
+                if from == self.id || self.pos_of(from).is_none() {
+                    return;
+                }
+                let Ok(msg) = decode::<Msg>(&msg) else { return };
+                self.on_message(ctx, from, msg);
+            }
+            Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Timer(TIMER_TICK) => self.on_tick(ctx),
+            Event::Timer(_) | Event::Persisted { .. } | Event::SnapshotTaken { .. } => {}
+            Event::Reconfigure { client, id, .. } => {
+                let body = ReplyBody::Invalid { reason: "epaxos does not support membership changes yet".into() };
+                ctx.reply(client, synod_core::Reply { client: 0, seq: id, from: self.id, body });
+            }
+        }
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            id: self.id,
+            protocol: "epaxos".into(),
+            role: Role::Replica,
+            ballot: self.known[self.me].to_string(),
+            leader: None,
+            commit_index: self.committed_upto.iter().sum(),
+            execute_index: self.counters.executed,
+            extra: self.status_extra(),
+        }
+    }
+
+    fn describe_message(&self, msg: &[u8]) -> String {
+        let attrs = |a: &Attrs| format!("seq={} deps={:?}", a.seq, a.deps);
+        match decode::<Msg>(msg) {
+            Ok(Msg::PreAccept { ballot, inst, cmds, attrs: a }) => {
+                format!("PreAccept {inst} b={ballot} {} cmds {}", cmds.len(), attrs(&a))
+            }
+            Ok(Msg::PreAcceptOk { ballot, inst, attrs: a, changed }) => {
+                format!("PreAcceptOk {inst} b={ballot} {} changed={changed}", attrs(&a))
+            }
+            Ok(Msg::Accept { ballot, inst, attrs: a, .. }) => format!("Accept {inst} b={ballot} {}", attrs(&a)),
+            Ok(Msg::AcceptOk { ballot, inst }) => format!("AcceptOk {inst} b={ballot}"),
+            Ok(Msg::Nack { ballot, inst, promised }) => format!("Nack {inst} b={ballot} promised={promised}"),
+            Ok(Msg::Commit { entries }) => {
+                let e: Vec<String> = entries.iter().map(|(i, c, a)| format!("{i}[{}] {}", c.len(), attrs(a))).collect();
+                format!("Commit {}", e.join(", "))
+            }
+            Ok(Msg::Prepare { ballot, inst }) => format!("Prepare {inst} b={ballot}"),
+            Ok(Msg::PrepareOk { ballot, inst, state }) => match state {
+                None => format!("PrepareOk {inst} b={ballot} (nothing)"),
+                Some(r) => format!("PrepareOk {inst} b={ballot} {:?} v={} {}", r.phase, r.vballot, attrs(&r.attrs)),
+            },
+            Ok(Msg::Fetch { insts }) => format!("Fetch {} instances", insts.len()),
+            Ok(Msg::Heartbeat { known, .. }) => format!("Heartbeat known={known:?}"),
+            Ok(Msg::Pong { .. }) => "Pong".into(),
+            Err(_) => format!("<{} undecodable bytes>", msg.len()),
+        }
+    }
+}
+
+#[cfg(feature = "mutants")]
+pub mod mutants {
+    use super::*;
+
+    pub fn build_small_fast_quorum(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        Ok(Box::new(Epaxos::new(setup, Variant { small_fast_quorum: true })?))
+    }
+}

@@ -1,0 +1,101 @@
+//! EPaxos messages (Fig. 2 and Fig. 3 of the paper, plus catch-up and liveness probes) and
+//! durable records.
+
+use serde::{Deserialize, Serialize};
+use synod_core::{Ballot, Command, NodeId, Time};
+
+/// An instance `L.i`: the `index`-th instance of command leader `space` (§4.1: each replica
+/// owns its own instance sub-space).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InstId {
+    pub space: NodeId,
+    pub index: u64,
+}
+
+impl std::fmt::Display for InstId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.space, self.index)
+    }
+}
+
+/// The ordering attributes of a command (§4.3.1). `deps[k]` is the highest instance of the
+/// k-th member (members in sorted order) that the command depends on, 0 for none: the
+/// compact dependency list of §4.5 (one entry per replica); since our interference is not
+/// transitive (a SCAN interferes with two PUTs that do not interfere with each other),
+/// execution treats every instance of that member up to `deps[k]` as a possible dependency
+/// and checks interference itself (§4.5, last sentences).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Attrs {
+    pub seq: u64,
+    pub deps: Vec<u64>,
+}
+
+impl Attrs {
+    /// Lines 13–14: the union of dependencies and the highest sequence number.
+    pub fn merge(&mut self, other: &Attrs) {
+        self.seq = self.seq.max(other.seq);
+        if self.deps.len() < other.deps.len() {
+            self.deps.resize(other.deps.len(), 0);
+        }
+        for (d, o) in self.deps.iter_mut().zip(&other.deps) {
+            *d = (*d).max(*o);
+        }
+    }
+}
+
+/// Where an instance stands on a replica (the status field of `cmds_R[L][i]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Phase {
+    /// Only a promise (Prepare) is known, no command.
+    #[default]
+    None,
+    PreAccepted,
+    Accepted,
+    Committed,
+}
+
+/// A replica's view of an instance as reported in `PrepareOK` (line 39).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reported {
+    pub phase: Phase,
+    /// The ballot of the vote (`epoch.x.Y` of line 39): the ballot at which the replica
+    /// pre-accepted or accepted what it reports.
+    pub vballot: Ballot,
+    pub cmds: Vec<Command>,
+    pub attrs: Attrs,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Msg {
+    /// Line 5 (and line 35/37 during recovery, at a higher ballot).
+    PreAccept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
+    /// Line 9. `changed`: the replica updated the attributes it was sent.
+    PreAcceptOk { ballot: Ballot, inst: InstId, attrs: Attrs, changed: bool },
+    /// Line 17 (carries the command: with thrifty PreAccepts some acceptors never saw it).
+    Accept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
+    /// Line 19.
+    AcceptOk { ballot: Ballot, inst: InstId },
+    /// A message at `ballot` for `inst` was refused: the replica promised `promised`.
+    Nack { ballot: Ballot, inst: InstId, promised: Ballot },
+    /// Line 23 (batched: commits and catch-up answers).
+    Commit { entries: Vec<(InstId, Vec<Command>, Attrs)> },
+    /// Line 26.
+    Prepare { ballot: Ballot, inst: InstId },
+    /// Line 39. `state` is None when the replica knows nothing of the instance.
+    PrepareOk { ballot: Ballot, inst: InstId, state: Option<Reported> },
+    /// Ask for the commits of these instances (a replica missing a commit asks before it
+    /// runs Explicit Prepare, §4.6).
+    Fetch { insts: Vec<InstId> },
+    /// Periodic: the highest instance known per member space (lets a replica that missed
+    /// every message of an instance learn that it exists) and a clock for RTT probes (§7.3).
+    Heartbeat { known: Vec<u64>, sent: Time },
+    /// The answer to a heartbeat: its `sent` echoed, for the round-trip time.
+    Pong { sent: Time },
+}
+
+/// Durable records: the latest state of an instance (the last record of an instance wins on
+/// recovery), and promises (Prepare) on instances whose command this replica never saw.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Record {
+    Inst { inst: InstId, ballot: Ballot, vballot: Ballot, phase: Phase, cmds: Vec<Command>, attrs: Attrs },
+}
