@@ -104,8 +104,9 @@ impl Net {
                 }
                 Action::Persist { records, .. } => node.durable.extend(records),
                 Action::RewriteDurable { records, .. } => node.durable = records,
-                Action::CompactDurable { records, .. } => {
-                    node.durable = records.into_iter().map(|parts| Bytes::from(parts.concat())).collect()
+                Action::CompactDurable { records, token } => {
+                    node.durable = records.into_iter().map(|parts| Bytes::from(parts.concat())).collect();
+                    followups.push(Event::Persisted { token });
                 }
                 Action::Reply { reply, .. } => self.replies.push(reply),
                 Action::Apply { pos, cmd, reply } => {

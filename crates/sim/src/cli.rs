@@ -66,7 +66,7 @@ pub struct CheckSummary {
 /// (EPaxos: slow path, SCCs of more than one instance, recovery; Mencius: skips and
 /// revocations). `synod check` prints in how many schedules each was non-zero at the end.
 pub const PATH_COUNTERS: &[&str] =
-    &["fast_path", "slow_path", "sccs_multi", "recoveries", "noops", "reproposed", "skips", "revocations"];
+    &["fast_path", "slow_path", "sccs_multi", "recoveries", "noops", "reproposed", "snapshots", "skips", "revocations"];
 
 /// Lines of trace shown with a violation.
 const TRACE_TAIL: usize = 40;

@@ -110,6 +110,15 @@ impl Conflicts {
     }
 }
 
+impl Conflicts {
+    /// Every later command depends on instance `index` of replica `pos` (an instance covered
+    /// by a snapshot whose keys are no longer known).
+    pub(super) fn record_wide(&mut self, pos: usize, index: u64, seq: u64) {
+        self.wide.note(pos, index, seq);
+        self.all.note(pos, index, seq);
+    }
+}
+
 /// Whether two command batches interfere: some pair of their operations does, or they belong
 /// to the same client session.
 pub(super) fn interfere(a: &[Command], b: &[Command]) -> bool {

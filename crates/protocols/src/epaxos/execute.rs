@@ -32,6 +32,7 @@ impl Epaxos {
             }
         }
         self.propose_pending(ctx);
+        self.maybe_snapshot(ctx);
     }
 
     /// The dependencies of committed instance `v` that are not executed yet: every
@@ -154,6 +155,7 @@ impl Epaxos {
                 continue;
             }
             inst.executed = true;
+            self.max_exec_seq = self.max_exec_seq.max(inst.attrs.seq);
             let cmds = inst.cmds.clone();
             for (k, cmd) in cmds.into_iter().enumerate() {
                 let waiter = waiters

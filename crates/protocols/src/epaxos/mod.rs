@@ -62,6 +62,7 @@ mod commit;
 mod conflicts;
 mod execute;
 mod recovery;
+mod snapshot;
 
 use crate::registry::Setup;
 use bytes::Bytes;
@@ -189,6 +190,24 @@ pub struct Epaxos {
     takeover_at: BTreeMap<InstId, Time>,
     rtt: BTreeMap<NodeId, Duration>,
     counters: Counters,
+    /// Instances up to this are forgotten (executed, committed everywhere), per sub-space.
+    pruned_upto: Vec<u64>,
+    /// Each peer's committed prefix per sub-space, from its heartbeats.
+    peer_committed: BTreeMap<NodeId, Vec<u64>>,
+    /// Highest seq among executed instances (a snapshot records it).
+    max_exec_seq: u64,
+    snap_token: u64,
+    /// `counters.executed` when the last snapshot was requested.
+    snap_executed_at: u64,
+    snap_pending: Option<snapshot::PendingSnapshot>,
+    /// A compaction being written: its token and what its snapshot covers.
+    snap_writing: Option<(u64, Vec<u64>)>,
+    /// What the latest durable snapshot covers, per sub-space.
+    snap_durable: Vec<u64>,
+    snapshots: u64,
+    /// While recovering from a compacted log: what its snapshot covers (per sub-space prefix,
+    /// and instances above it).
+    snap_covered: Option<(Vec<u64>, BTreeSet<InstId>)>,
 }
 
 impl Epaxos {
@@ -255,6 +274,16 @@ impl Epaxos {
             takeover_at: BTreeMap::new(),
             rtt: BTreeMap::new(),
             counters: Counters::default(),
+            pruned_upto: vec![0; n],
+            peer_committed: BTreeMap::new(),
+            max_exec_seq: 0,
+            snap_token: 0,
+            snap_executed_at: 0,
+            snap_pending: None,
+            snap_writing: None,
+            snap_durable: vec![0; n],
+            snapshots: 0,
+            snap_covered: None,
             members,
         })
     }
@@ -291,7 +320,7 @@ impl Epaxos {
     /// Whether `id` names an instance this replica handles (a member's, within the window).
     fn valid(&self, id: InstId) -> bool {
         match self.pos_of(id.space) {
-            Some(p) => id.index >= 1 && id.index <= self.committed_upto[p].saturating_add(MAX_AHEAD),
+            Some(p) => id.index > self.pruned_upto[p] && id.index <= self.committed_upto[p].saturating_add(MAX_AHEAD),
             None => false,
         }
     }
@@ -360,7 +389,10 @@ impl Epaxos {
             Msg::Prepare { ballot, inst } => self.on_prepare(ctx, from, ballot, inst),
             Msg::PrepareOk { ballot, inst, state } => self.on_prepare_ok(ctx, from, ballot, inst, state),
             Msg::Fetch { insts } => self.on_fetch(ctx, from, insts),
-            Msg::Heartbeat { known, sent } => {
+            Msg::Heartbeat { known, committed, sent } => {
+                if committed.len() == self.n() {
+                    self.peer_committed.insert(from, committed);
+                }
                 for (p, &k) in known.iter().enumerate().take(self.n()) {
                     let space = self.members[p];
                     if k > self.known[p] {
@@ -398,8 +430,10 @@ impl Epaxos {
     /// over instances that stay uncommitted (§4.6).
     fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
         ctx.set_timer(TIMER_TICK, self.params.heartbeat());
-        self.send_all(ctx, &Msg::Heartbeat { known: self.known.clone(), sent: ctx.now });
+        let hb = Msg::Heartbeat { known: self.known.clone(), committed: self.committed_upto.clone(), sent: ctx.now };
+        self.send_all(ctx, &hb);
         self.retransmit(ctx);
+        self.forget();
         // Gaps: instances known to exist but never seen here.
         for p in 0..self.n() {
             let space = self.members[p];
@@ -464,6 +498,8 @@ impl Epaxos {
         extra.insert("fast_quorum".into(), self.fast_quorum.to_string());
         extra.insert("instances".into(), self.insts.iter().map(|m| m.len()).sum::<usize>().to_string());
         extra.insert("unsettled".into(), self.unsettled.len().to_string());
+        extra.insert("snapshots".into(), self.snapshots.to_string());
+        extra.insert("forgotten_upto".into(), format!("{:?}", self.pruned_upto));
         extra
     }
 }
@@ -472,10 +508,20 @@ impl Protocol for Epaxos {
     fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
         let mut latest: BTreeMap<InstId, Instance> = BTreeMap::new();
         for bytes in records {
-            let Ok(Record::Inst { inst, ballot, vballot, phase, cmds, attrs }) = decode::<Record>(&bytes) else {
-                continue;
+            let (inst, ballot, vballot, phase, cmds, attrs) = match decode::<Record>(&bytes) {
+                Ok(Record::Inst { inst, ballot, vballot, phase, cmds, attrs }) => {
+                    (inst, ballot, vballot, phase, cmds, attrs)
+                }
+                Ok(Record::Snapshot { covered, extras, forgotten, max_seq, data }) => {
+                    if self.restore_snapshot(ctx, covered, extras, forgotten, max_seq, data) {
+                        latest.clear();
+                    }
+                    continue;
+                }
+                Err(_) => continue,
             };
-            if self.pos_of(inst.space).is_none() || inst.index == 0 {
+            let Some(p) = self.pos_of(inst.space) else { continue };
+            if inst.index <= self.pruned_upto[p] {
                 continue;
             }
             let e = latest.entry(inst).or_default();
@@ -484,6 +530,13 @@ impl Protocol for Epaxos {
             }
             *e = Instance { ballot, vballot, phase, cmds, attrs, executed: false };
         }
+        if self.snap_covered.is_some() {
+            for (id, inst) in latest.iter_mut() {
+                if self.covered_by_snapshot(*id) && inst.phase == Phase::Committed {
+                    inst.executed = true;
+                }
+            }
+        }
         for (id, inst) in latest {
             let p = self.pos_of(id.space).expect("checked");
             self.known[p] = self.known[p].max(id.index);
@@ -491,15 +544,22 @@ impl Protocol for Epaxos {
                 self.conflicts.record(p, id.index, &inst.cmds, inst.attrs.seq);
             }
             let committed = inst.phase == Phase::Committed;
+            let executed = inst.executed;
             self.insts[p].insert(id.index, inst);
-            if committed {
+            if executed {
+                self.max_exec_seq = self.max_exec_seq.max(self.insts[p][&id.index].attrs.seq);
+            } else if committed {
                 self.to_execute.insert(id);
             } else {
                 self.unsettled.insert(id, ctx.now);
             }
         }
+        self.snap_covered = None;
         for p in 0..self.n() {
             self.advance_committed(p);
+            while self.insts[p].get(&(self.executed_upto[p] + 1)).is_some_and(|i| i.executed) {
+                self.executed_upto[p] += 1;
+            }
         }
         self.execute(ctx);
         ctx.set_timer(TIMER_TICK, self.params.heartbeat());
@@ -516,7 +576,9 @@ impl Protocol for Epaxos {
             }
             Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
-            Event::Timer(_) | Event::Persisted { .. } | Event::SnapshotTaken { .. } => {}
+            Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
+            Event::Persisted { token } => self.on_persisted(token),
+            Event::Timer(_) => {}
             Event::Reconfigure { client, id, .. } => {
                 let body = ReplyBody::Invalid { reason: "epaxos does not support membership changes yet".into() };
                 ctx.reply(client, synod_core::Reply { client: 0, seq: id, from: self.id, body });

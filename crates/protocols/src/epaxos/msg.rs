@@ -88,14 +88,19 @@ pub enum Msg {
     Fetch { insts: Vec<InstId> },
     /// Periodic: the highest instance known per member space (lets a replica that missed
     /// every message of an instance learn that it exists) and a clock for RTT probes (§7.3).
-    Heartbeat { known: Vec<u64>, sent: Time },
+    Heartbeat { known: Vec<u64>, committed: Vec<u64>, sent: Time },
     /// The answer to a heartbeat: its `sent` echoed, for the round-trip time.
     Pong { sent: Time },
 }
 
 /// Durable records: the latest state of an instance (the last record of an instance wins on
-/// recovery), and promises (Prepare) on instances whose command this replica never saw.
+/// recovery; a promise on an instance whose command this replica never saw has phase None),
+/// and a snapshot of the state machine after executing exactly the instances up to `covered`
+/// per replica plus `extras` (always the first record of a compacted log, followed by the
+/// records of every instance above `forgotten`, executed or not: peers may still ask for
+/// them).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Record {
     Inst { inst: InstId, ballot: Ballot, vballot: Ballot, phase: Phase, cmds: Vec<Command>, attrs: Attrs },
+    Snapshot { covered: Vec<u64>, extras: Vec<InstId>, forgotten: Vec<u64>, max_seq: u64, data: bytes::Bytes },
 }

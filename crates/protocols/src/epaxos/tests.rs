@@ -192,3 +192,35 @@ fn malformed_attributes_are_ignored() {
     net.event(1, Event::Message { from: 2, sent_at: Time::ZERO, msg: encode(&far) });
     assert!(net.queue.is_empty(), "an instance far past the window is ignored");
 }
+
+#[test]
+fn a_replica_restarted_from_a_snapshot_still_answers_for_what_a_peer_missed() {
+    let params = ProtocolParams { snapshot_every: 5, ..ProtocolParams::default() };
+    let mut net = Net::with_params(3, build, params);
+    net.run_for(Duration::from_millis(300));
+    net.cut(&[(1, 3), (2, 3)]);
+    for seq in 1..=12u64 {
+        net.request(1, 7, seq, put("a", &seq.to_string()));
+    }
+    net.run_for(Duration::from_millis(200));
+    assert!(counter(&net, 1, "snapshots") >= 2);
+    assert!(
+        matches!(decode::<Record>(&net.node(1).durable[0]), Ok(Record::Snapshot { .. })),
+        "the log was compacted to a snapshot"
+    );
+    // Node 1 restarts from its compacted log: same state, without re-running what the
+    // snapshot covers.
+    net.crash(1);
+    net.restart(1);
+    net.run_for(Duration::from_millis(200));
+    assert!(counter(&net, 1, "commands_executed") < 12);
+    assert_eq!(net.node(1).sm.digest(), net.node(2).sm.digest());
+    // Node 2 goes down; node 3, which missed everything, must get every commit from node 1.
+    net.crash(2);
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_secs(3));
+    assert_eq!(net.node(3).sm.digest(), net.node(1).sm.digest());
+    net.request(3, 8, 1, get("a"));
+    net.run_for(Duration::from_millis(300));
+    assert_eq!(net.reply_for(8, 1), Some(&value("12")));
+}
