@@ -5,6 +5,7 @@
 //! here and call its constructor.
 
 pub mod holipaxos;
+pub mod layers;
 pub mod mencius;
 pub mod multipaxos;
 pub mod raft;

@@ -22,10 +22,9 @@
 
 mod msg;
 
-pub use msg::{AcceptedSlot, Batch, Marker, Msg, Record, Value};
+pub use msg::{AcceptedSlot, Batch, Msg, Record, Value};
 
-use crate::holipaxos::trim::TrimMode;
-use crate::holipaxos::{Holi, HoliConfig, Overload};
+use crate::layers::{Campaign, LayerMsg, LayerOp, MultiPaxosLayer, NoLayer, TrimPolicy};
 use crate::registry::Setup;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,10 +46,7 @@ const TRIM_STEP: u64 = 512;
 const ACCEPT_AHEAD_CHUNKS: u64 = 256;
 const TIMER_ELECTION: TimerId = 1;
 const TIMER_HEARTBEAT: TimerId = 2;
-/// HoliPaxos: the leader's slowdown-detector sampling tick.
-const TIMER_SLOWDOWN: TimerId = 3;
-/// HoliPaxos: the backed-off election a follower starts for an overload marker.
-const TIMER_OVERLOAD: TimerId = 4;
+// Timer ids 3 and 4 (and any other the core does not use) belong to the layer.
 /// Retry / give up on an on-demand snapshot transfer that stopped making progress.
 const TIMER_SNAPSHOT: TimerId = 5;
 
@@ -146,8 +142,8 @@ pub struct MultiPaxos {
     leader: Option<NodeId>,
     /// When this replica last heard its leader (Accept / heartbeat in the current ballot).
     leader_contact: Option<(NodeId, Time)>,
-    /// The last leader whose Accepts this replica took (HoliPaxos §3.2's "last successful
-    /// leader").
+    /// The last leader whose Accepts this replica took (the "last successful leader" of
+    /// HoliPaxos §3.2).
     last_successful_leader: Option<NodeId>,
 
     log: InstanceLog<Entry>,
@@ -173,16 +169,16 @@ pub struct MultiPaxos {
     /// slot). Kept apart from `in_flight` because a slot can also commit via catch-up.
     waiting: BTreeMap<u64, Vec<Option<Waiter>>>,
 
-    // Log trimming and snapshots (off for plain MultiPaxos: `trim = None`,
-    // `compact_every = 0`).
-    trim: TrimMode,
+    // Log trimming and snapshots (plain MultiPaxos: periodic snapshots, `compact_every = 0`;
+    // the layer chooses).
+    trim: TrimPolicy,
     compact_every: u64,
     policy: SnapshotPolicy,
-    /// The trim bound learned from (or, at the leader, computed for) the cluster: GLE, or
-    /// the quorum-executed index under quorum trim.
+    /// The trim bound the layer learned from (or, at the leader, computed for) the cluster
+    /// (`TrimPolicy::Bound`; HoliPaxos's GLE, or the quorum-executed index under quorum trim).
     gle: u64,
-    /// Slots below this may be freed (GLE / quorum trim, or behind a snapshot in snapshot
-    /// mode); freed [`TRIM_STEP`] per event.
+    /// Slots below this may be freed (below the layer's trim bound, or behind a snapshot in
+    /// snapshot mode); freed [`TRIM_STEP`] per event.
     trim_to: u64,
     snapshot: Option<LocalSnapshot>,
     /// A snapshot requested from the driver: (token, index it covers, compact afterwards).
@@ -198,21 +194,21 @@ pub struct MultiPaxos {
     incoming: ChunkAssembler,
     snapshots_installed: u64,
 
-    /// The HoliPaxos layers (None = plain MultiPaxos).
-    holi: Option<Box<Holi>>,
+    /// The layer on this core ([`NoLayer`] for plain MultiPaxos).
+    layer: Box<dyn MultiPaxosLayer>,
 }
 
 impl MultiPaxos {
     pub(crate) fn new(setup: &Setup, variant: Variant) -> Result<MultiPaxos, String> {
-        Self::with_layers(setup, variant, "multipaxos", None)
+        Self::with_layer(setup, variant, "multipaxos", Box::new(NoLayer))
     }
 
-    /// MultiPaxos with the HoliPaxos layers of `holi` (None: the plain baseline).
-    pub(crate) fn with_layers(
+    /// MultiPaxos with `layer` on top ([`NoLayer`]: the plain baseline), registered as `name`.
+    pub(crate) fn with_layer(
         setup: &Setup,
         variant: Variant,
         name: &'static str,
-        holi: Option<HoliConfig>,
+        layer: Box<dyn MultiPaxosLayer>,
     ) -> Result<MultiPaxos, String> {
         setup.params.validate()?;
         // A replica that is not among `setup.members` starts as a learner joining an
@@ -224,9 +220,8 @@ impl MultiPaxos {
         if members.is_empty() {
             return Err("members is empty".into());
         }
-        if holi.is_none() {
-            setup.params.check_options(name, &[])?;
-        }
+        setup.params.check_options(name, layer.options())?;
+        let compaction = layer.compaction();
         let quorum = variant.quorum_override.unwrap_or_else(|| majority(members.len()));
         Ok(MultiPaxos {
             id: setup.id,
@@ -258,9 +253,9 @@ impl MultiPaxos {
             catchup_pending_until: Time::ZERO,
             waiting: BTreeMap::new(),
             // Plain MultiPaxos compacts like Raft: periodic snapshots (`snapshot_every`, 0 = never)
-            // with `snapshot_keep` entries kept for catch-up; HoliPaxos picks its mode.
-            trim: holi.map_or(TrimMode::Snapshot, |h| h.trim),
-            compact_every: holi.map_or(0, |h| h.compact_every),
+            // with `snapshot_keep` entries kept for catch-up; a layer may pick another mode.
+            trim: compaction.trim,
+            compact_every: compaction.compact_every,
             policy: SnapshotPolicy::from_params(&setup.params),
             gle: 0,
             trim_to: 0,
@@ -273,8 +268,90 @@ impl MultiPaxos {
             fetch: None,
             incoming: ChunkAssembler::default(),
             snapshots_installed: 0,
-            holi: holi.map(|c| Box::new(Holi::new(c))),
+            layer,
         })
+    }
+
+    /// Call a hook that needs both the layer (mutably) and a view of the core: the layer is
+    /// taken out for the call (the core sees [`NoLayer`] meanwhile, and the view is
+    /// read-only, so no hook runs inside another).
+    fn with_layer_hook<R>(&mut self, f: impl FnOnce(&mut dyn MultiPaxosLayer, &MultiPaxos) -> R) -> R {
+        let mut layer = std::mem::replace(&mut self.layer, Box::new(NoLayer));
+        let r = f(layer.as_mut(), self);
+        self.layer = layer;
+        r
+    }
+
+    /// Do what a layer's timer asked for.
+    fn run_layer_op(&mut self, ctx: &mut Ctx<'_>, op: LayerOp) {
+        match op {
+            LayerOp::Propose(entry) => {
+                if self.role == Role::Leader {
+                    self.propose(ctx, vec![(Value::Layer(entry), Vec::new())]);
+                }
+            }
+            LayerOp::StartElection => self.start_election(ctx),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // The view layers get (`crate::layers`)
+    // ---------------------------------------------------------------------------------------
+
+    pub(crate) fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The highest ballot promised.
+    pub(crate) fn promised(&self) -> Ballot {
+        self.promised
+    }
+
+    /// The current configuration's member ids, sorted.
+    pub(crate) fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    pub(crate) fn params(&self) -> &ProtocolParams {
+        &self.params
+    }
+
+    /// Every slot up to this one is executed here.
+    pub(crate) fn executed_upto(&self) -> u64 {
+        self.log.executed_upto()
+    }
+
+    /// Client commands executed since this replica started.
+    pub(crate) fn cmds_executed(&self) -> u64 {
+        self.cmds_executed
+    }
+
+    /// The trim bound last learned or computed (`TrimPolicy::Bound`).
+    pub(crate) fn trim_bound(&self) -> u64 {
+        self.gle
+    }
+
+    /// The last leader whose Accepts this replica took.
+    pub(crate) fn last_successful_leader(&self) -> Option<NodeId> {
+        self.last_successful_leader
+    }
+
+    /// When this replica last heard its leader (`Time::ZERO`: never).
+    pub(crate) fn leader_heard_at(&self) -> Time {
+        self.leader_contact.map_or(Time::ZERO, |(_, t)| t)
+    }
+
+    /// A membership entry is proposed and not executed yet (nothing may be proposed now).
+    pub(crate) fn membership_pending(&self) -> bool {
+        self.config_pending.is_some()
     }
 
     fn n(&self) -> usize {
@@ -319,11 +396,6 @@ impl MultiPaxos {
         ctx.persist(0, records.iter().map(encode).collect());
     }
 
-    /// Rule 1 multiplier on the heartbeat interval (1 without it).
-    fn penalty(&mut self, now: Time) -> u32 {
-        self.holi.as_mut().map_or(1, |h| h.churn.penalty(now))
-    }
-
     fn reset_election_timer(&mut self, ctx: &mut Ctx<'_>) {
         let min = Duration::from_millis(self.params.election_timeout_min_ms);
         let max = Duration::from_millis(self.params.election_timeout_max_ms);
@@ -333,7 +405,7 @@ impl MultiPaxos {
 
     /// The leader this replica follows, if it heard from it within an election timeout
     /// (itself when leading). HoliPaxos Rule 3 keeps churners below it out.
-    fn live_leader(&self, now: Time) -> Option<NodeId> {
+    pub(crate) fn live_leader(&self, now: Time) -> Option<NodeId> {
         if self.role == Role::Leader {
             return Some(self.id);
         }
@@ -345,9 +417,7 @@ impl MultiPaxos {
 
     fn heard_leader(&mut self, now: Time, from: NodeId) {
         self.leader_contact = Some((from, now));
-        if let Some(h) = self.holi.as_mut() {
-            h.churn.leader_heard();
-        }
+        self.layer.on_leader_heard();
     }
 
     // ---------------------------------------------------------------------------------------
@@ -363,42 +433,32 @@ impl MultiPaxos {
             self.reset_election_timer(ctx);
             return;
         }
-        let quorum = self.quorum;
-        if self.holi.as_mut().is_some_and(|h| h.churn.next_attempt_passive(quorum)) {
-            self.passive_probe(ctx);
-        } else {
-            self.start_election(ctx);
+        match self.layer.campaign(self.quorum) {
+            Campaign::Probe => self.probe(ctx),
+            Campaign::Elect => self.start_election(ctx),
         }
     }
 
-    /// HoliPaxos Rule 2: a node that could not hear from a quorum campaigns with the
-    /// invalid ballot 0. Everyone rejects it without changing state; a quorum of
-    /// rejections proves the node is quorum-connected again.
-    fn passive_probe(&mut self, ctx: &mut Ctx<'_>) {
+    /// The layer asked for a probe instead of a campaign (HoliPaxos Rule 2: a node that
+    /// could not hear from a quorum campaigns with the invalid ballot 0). Everyone rejects it
+    /// without changing state; the rejections tell the layer who is reachable.
+    fn probe(&mut self, ctx: &mut Ctx<'_>) {
         if self.role == Role::Candidate {
             self.step_down(ctx, None);
         }
         // Our election timer expired: whoever we promised last is no leader we know of, so
         // stop sending clients to it.
         self.leader = None;
-        if let Some(h) = self.holi.as_mut() {
-            h.churn.attempt_started(Ballot::ZERO);
-        }
+        self.layer.on_probe();
         let from_slot = self.log.committed_prefix() + 1;
         ctx.broadcast(&Msg::Prepare { ballot: Ballot::ZERO, from_slot });
         self.reset_election_timer(ctx);
     }
 
-    /// A phase-1 answer (promise or rejection) from `from` for `ballot` (Rule 2 counting).
-    /// A node requalified by its probe campaigns at its next election timeout, not at once:
-    /// the probe's answers arrive before the live leader's next control message does, and
-    /// an immediate Prepare (with a ballot above everything the answers revealed) deposed
-    /// the stable leader after every heal of a partition that had isolated a node.
+    /// A phase-1 answer (promise or rejection) from `from` for `ballot`, for the layer
+    /// (HoliPaxos Rule 2 counts them).
     fn note_response(&mut self, ballot: Ballot, from: NodeId) {
-        let quorum = self.quorum;
-        if let Some(h) = self.holi.as_mut() {
-            h.churn.response(ballot, from, quorum);
-        }
+        self.layer.on_phase1_answer(from, ballot, self.quorum);
     }
 
     fn start_election(&mut self, ctx: &mut Ctx<'_>) {
@@ -417,10 +477,7 @@ impl MultiPaxos {
         self.leader = if fresh { None } else { Some(self.id) };
         self.in_flight.clear();
         if fresh {
-            if let Some(h) = self.holi.as_mut() {
-                h.churn.own_election(ctx.now);
-                h.churn.attempt_started(ballot);
-            }
+            self.layer.on_campaign(ctx.now, ballot);
         }
         let from_slot = self.log.committed_prefix() + 1;
         let mut election = Election { promises: QuorumTracker::new(self.quorum), found: BTreeMap::new(), from_slot };
@@ -475,17 +532,11 @@ impl MultiPaxos {
             return;
         }
         let reprepare = ballot == self.promised && ballot.node == from;
-        if self.holi.is_some() && !reprepare {
-            if ballot.is_zero() {
-                // Rule 2 probe: reject, change nothing.
-                ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
-                return;
-            }
-            let live = self.live_leader(ctx.now);
+        if !reprepare {
+            // The layer may refuse first (HoliPaxos: a probe, or a churner under Rule 3).
             let now = ctx.now;
-            if self.holi.as_mut().is_some_and(|h| h.churn.on_prepare(from, ballot, now, live)) {
-                // Rule 3: a churner below a higher competitor; reject without a ballot.
-                ctx.send(from, &Msg::Nack { ballot, promised: Ballot::ZERO });
+            if let Some(promised) = self.with_layer_hook(|l, core| l.screen_prepare(core, now, from, ballot)) {
+                ctx.send(from, &Msg::Nack { ballot, promised });
                 return;
             }
         }
@@ -628,16 +679,7 @@ impl MultiPaxos {
             self.track(ctx, slot, vec![None; n]);
             ctx.broadcast(&Msg::Accept { ballot, slot, value, commit_upto: self.log.committed_prefix() });
         }
-        if let Some(h) = self.holi.as_mut() {
-            h.les.clear();
-            h.detector.reset();
-            h.declaring = false;
-            h.remedying = false;
-            h.leader_since = ctx.now;
-            if h.cfg.slowdown.enabled {
-                ctx.set_timer(TIMER_SLOWDOWN, h.cfg.slowdown.sample);
-            }
-        }
+        self.layer.on_become_leader(ctx);
         self.send_heartbeat(ctx);
         self.propose_queued(ctx);
         self.commit_ready(ctx);
@@ -657,7 +699,7 @@ impl MultiPaxos {
         self.in_flight.clear();
         if was == Role::Leader {
             ctx.cancel_timer(TIMER_HEARTBEAT);
-            ctx.cancel_timer(TIMER_SLOWDOWN);
+            self.layer.on_leadership_lost(ctx);
         }
         self.config_pending = None;
         if let Some((slot, client, id)) = self.config_waiter.take() {
@@ -678,30 +720,19 @@ impl MultiPaxos {
         if !self.members.contains(&from) {
             return;
         }
-        if self.holi.is_some() {
+        let verdict = self.with_layer_hook(|l, core| l.on_nack(core, from, ballot, promised));
+        if verdict.note_ballot {
             self.max_seen = self.max_seen.max(promised);
-            self.note_response(ballot, from);
         }
         if ballot == self.promised && promised > self.promised && self.role != Role::Follower {
             self.max_seen = self.max_seen.max(promised);
             self.step_down(ctx, None);
             return;
         }
-        // Rule 3 (§3.1.2): a common node rejected this attempt "without giving a valid
-        // ballot" because a higher churner or a live leader is in the race; the election
-        // will fail. Give it up now rather than at the next timeout: a candidate rejects
-        // every control message below its ballot, so after a heal the blocked churner,
-        // whose ballot kept climbing with its attempts, deposed the stable leader as soon
-        // as that leader's first heartbeat reached it (Fig. 9(d) at paper scale: a leader
-        // change and ~1 s with nothing served). As a follower it drops the abandoned ballot
-        // when a live leader's control message arrives (`drop_abandoned_ballot`) and follows.
-        let rule3_rejected = promised.is_zero() && !ballot.is_zero();
-        if self.holi.is_some()
-            && rule3_rejected
-            && ballot == self.promised
-            && ballot.node == self.id
-            && self.role == Role::Candidate
-        {
+        // The layer says the election will fail (HoliPaxos Rule 3): give it up now rather
+        // than at the next timeout. As a follower this replica drops the abandoned ballot
+        // when a live leader's periodic message arrives (`drop_abandoned_ballot`) and follows.
+        if verdict.give_up && ballot == self.promised && ballot.node == self.id && self.role == Role::Candidate {
             self.step_down(ctx, None);
         }
     }
@@ -857,16 +888,15 @@ impl MultiPaxos {
     // 3. Commit notification, heartbeats and catch-up
     // ---------------------------------------------------------------------------------------
 
-    /// The leader's periodic message: MultiPaxos's heartbeat, or HoliPaxos's single control
-    /// message (§3.4). Rule 1 stretches the interval of a churning node.
+    /// The leader's periodic message: MultiPaxos's heartbeat, or the layer's replacement
+    /// (HoliPaxos's single control message, §3.4), at an interval the layer may stretch
+    /// (HoliPaxos Rule 1).
     fn send_heartbeat(&mut self, ctx: &mut Ctx<'_>) {
-        if self.holi.is_some() {
-            let le = self.log.executed_upto();
-            ctx.broadcast(&Msg::Control { ballot: self.promised, le, gle: self.gle });
-        } else {
-            ctx.broadcast(&Msg::Heartbeat { ballot: self.promised, commit_upto: self.log.committed_prefix() });
+        match self.with_layer_hook(|l, core| l.heartbeat(core)) {
+            Some(beat) => ctx.broadcast(&Msg::Layer(beat)),
+            None => ctx.broadcast(&Msg::Heartbeat { ballot: self.promised, commit_upto: self.log.committed_prefix() }),
         }
-        let every = self.params.heartbeat() * self.penalty(ctx.now);
+        let every = self.params.heartbeat() * self.layer.heartbeat_penalty(ctx.now);
         ctx.set_timer(TIMER_HEARTBEAT, every);
     }
 
@@ -935,8 +965,8 @@ impl MultiPaxos {
     fn follow(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot) -> bool {
         self.drop_abandoned_ballot(ballot);
         if ballot < self.promised {
-            if self.holi.is_some() {
-                // §3.1.1: a stale leader learns the newer ballot and steps down.
+            if self.layer.rejects_stale_leaders() {
+                // HoliPaxos §3.1.1: a stale leader learns the newer ballot and steps down.
                 ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
             } else if self.role == Role::Follower && self.leader_contact.is_some_and(|(l, _)| l == from) {
                 // Baseline MultiPaxos: its failure detector knows only that the leader it
@@ -970,33 +1000,35 @@ impl MultiPaxos {
         self.persist_commit_marker(ctx);
     }
 
-    /// HoliPaxos control message: heartbeat, batch commit up to the leader's LE, trim to
-    /// GLE; answered with our LE (made durable first, so a restart never executes less
-    /// than what GLE was computed from).
-    fn on_control(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, le: u64, gle: u64) {
+    /// A layer message: the layer decodes it and tells the core what to do with it.
+    fn on_layer_msg(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Bytes) {
+        match self.with_layer_hook(|l, core| l.on_message(core, ctx, from, &msg)) {
+            LayerMsg::Handled => {}
+            LayerMsg::Beat { ballot, commit_upto, trim_bound } => {
+                self.on_layer_beat(ctx, from, ballot, commit_upto, trim_bound)
+            }
+            LayerMsg::Trim(bound) => {
+                if let Some(bound) = bound {
+                    self.gle = self.gle.max(bound);
+                }
+                self.trim_log();
+            }
+        }
+    }
+
+    /// The layer's replacement for the heartbeat (HoliPaxos's control message): follow,
+    /// commit up to `commit_upto`, trim up to `trim_bound`, make the commit marker durable,
+    /// then let the layer answer (HoliPaxos reports our LE, durable first, so a restart
+    /// never executes less than what GLE was computed from).
+    fn on_layer_beat(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, commit_upto: u64, trim_bound: u64) {
         if !self.follow(ctx, from, ballot) {
             return;
         }
-        self.learn_commit(ctx, from, ballot, le);
-        self.gle = self.gle.max(gle);
+        self.learn_commit(ctx, from, ballot, commit_upto);
+        self.gle = self.gle.max(trim_bound);
         self.trim_log();
         self.persist_commit_marker(ctx);
-        ctx.send(from, &Msg::ControlAck { ballot, le: self.log.executed_upto() });
-    }
-
-    fn on_control_ack(&mut self, from: NodeId, ballot: Ballot, le: u64) {
-        if self.role != Role::Leader || ballot != self.promised {
-            return;
-        }
-        let executed = self.log.executed_upto();
-        let (trim, members, quorum) = (self.trim, self.members.clone(), self.quorum);
-        let Some(h) = self.holi.as_mut() else { return };
-        h.les.report(from, le);
-        h.les.report(self.id, executed);
-        if let Some(bound) = h.les.bound(trim, &members, quorum) {
-            self.gle = self.gle.max(bound);
-        }
-        self.trim_log();
+        self.with_layer_hook(|l, core| l.after_beat(core, ctx, from, ballot));
     }
 
     /// The leader (in `ballot`) says everything up to `commit_upto` is chosen. Slots we
@@ -1032,17 +1064,10 @@ impl MultiPaxos {
     fn on_catchup_req(&mut self, ctx: &mut Ctx<'_>, from_node: NodeId, from: u64, to: u64) {
         if from < self.log.first_index() {
             // Trimmed here: only a snapshot can bring the requester past this point. Point
-            // it to the most advanced other follower (the leader's LE reports).
+            // it to a peer the layer knows to be further (HoliPaxos: the most advanced other
+            // follower of the leader's LE reports), or to this replica.
             let first = self.log.first_index();
-            let source = self.holi.as_ref().and_then(|h| {
-                self.members
-                    .iter()
-                    .copied()
-                    .filter(|m| *m != self.id && *m != from_node)
-                    .filter_map(|m| h.les.get(m).filter(|le| *le + 1 >= first).map(|le| (le, m)))
-                    .max()
-                    .map(|(_, m)| m)
-            });
+            let source = self.layer.snapshot_source(self, from_node, first);
             ctx.send(from_node, &Msg::Trimmed { first, source: source.or(Some(self.id)) });
             return;
         }
@@ -1119,13 +1144,13 @@ impl MultiPaxos {
                     }
                     self.cmds_executed += batch.len() as u64;
                 }
-                Value::Marker(m) => markers.push((slot, m.clone())),
+                Value::Layer(e) => markers.push((slot, e.clone())),
                 Value::Config(m) => config = Some((slot, m.clone())),
             }
             self.log.advance_exec();
-            // Markers act in order with the commands around them, but need `&mut self`.
-            for (slot, m) in markers.drain(..) {
-                self.on_marker(ctx, slot, m);
+            // Layer entries act in order with the commands around them.
+            for (slot, e) in markers.drain(..) {
+                self.with_layer_hook(|l, core| l.on_executed(core, ctx, slot, &e));
             }
             if let Some((slot, m)) = config.take() {
                 self.apply_config(ctx, slot, m);
@@ -1215,108 +1240,22 @@ impl MultiPaxos {
         }
     }
 
-    // ---------------------------------------------------------------------------------------
-    // HoliPaxos §3.2: slowdown detection and overload markers
-    // ---------------------------------------------------------------------------------------
-
-    /// Operations received from clients and not yet executed (Algorithm 1's in-flight
-    /// count): queued here, proposed and not executed, and held by the driver.
-    fn inflight_ops(&self, ctx: &Ctx<'_>) -> u64 {
+    /// Operations received from clients and not yet executed (HoliPaxos Algorithm 1's
+    /// in-flight count): queued here, proposed and not executed, and held by the driver.
+    pub(crate) fn inflight_ops(&self, ctx: &Ctx<'_>) -> u64 {
         let proposed: usize = self.in_flight.values().map(|f| f.cmds).sum();
         (self.queue.len() + proposed) as u64 + ctx.load.queued_requests
     }
 
-    fn on_slowdown_tick(&mut self, ctx: &mut Ctx<'_>) {
-        if self.role != Role::Leader {
-            return;
-        }
-        if self.config_pending.is_some() {
-            // Nothing may be proposed after a pending membership entry: sample next tick.
-            if let Some(h) = self.holi.as_ref() {
-                ctx.set_timer(TIMER_SLOWDOWN, h.cfg.slowdown.sample);
-            }
-            return;
-        }
-        let inflight = self.inflight_ops(ctx);
-        let (executed, ballot, now, id) = (self.cmds_executed, self.promised, ctx.now, self.id);
-        let Some(h) = self.holi.as_mut() else { return };
-        h.detector.sample(inflight, executed);
-        let mut propose = None;
-        if h.detector.is_slow() && h.may_declare(now) {
-            h.declaring = true;
-            let variance = h.detector.variance().round() as u64;
-            propose = Some(Marker::Overload { leader: id, ballot, at_ms: now.as_millis(), variance });
-        } else if let Some(o) = h.overload {
-            // A later leader whose detector, once able to judge, is calm and sees at most
-            // half the declarer's in-flight variance remedies the declaration: the leader
-            // change fixed the problem. Under a general overload the new leader sees the
-            // same fluctuation and never remedies, so no new declaration (and no new
-            // election) follows before the long timeout.
-            let calm = h.detector.samples_seen() >= 2 * h.detector.warm_up()
-                && h.detector.variance() * 2.0 <= o.variance as f64;
-            if !o.remedied && o.ballot != ballot && !h.remedying && !h.detector.is_slow() && calm {
-                h.remedying = true;
-                propose = Some(Marker::Remedied { slot: o.slot });
-            }
-        }
-        ctx.set_timer(TIMER_SLOWDOWN, h.cfg.slowdown.sample);
-        if let Some(m) = propose {
-            self.propose(ctx, vec![(Value::Marker(m), Vec::new())]);
-        }
-    }
-
-    /// A marker reached execution on this replica (every replica, in log order).
-    fn on_marker(&mut self, ctx: &mut Ctx<'_>, slot: u64, m: Marker) {
-        let (id, role, promised, last) = (self.id, self.role, self.promised, self.last_successful_leader);
-        let min = Duration::from_millis(self.params.election_timeout_min_ms);
-        let Some(h) = self.holi.as_mut() else { return };
-        match m {
-            Marker::Overload { leader, ballot, variance, .. } => {
-                h.markers_executed += 1;
-                h.overload = Some(Overload { slot, leader, ballot, variance, executed_at: ctx.now, remedied: false });
-                h.declared.insert(leader, ctx.now);
-                if leader == id {
-                    h.declaring = false;
-                } else if role == Role::Follower
-                    && last == Some(leader)
-                    && promised == ballot
-                    && slot > h.handled_marker
-                    && !h.sits_out(id, ctx.now)
-                {
-                    // One election per marker and follower, after a random backoff so
-                    // that followers do not all campaign at once.
-                    h.handled_marker = slot;
-                    h.marker_elections += 1;
-                    h.marker_election_for = Some(ballot);
-                    let after = ctx.random_between(Duration::ZERO, min / 2);
-                    ctx.set_timer(TIMER_OVERLOAD, after);
-                }
-            }
-            Marker::Remedied { slot: declared } => {
-                if let Some(o) = h.overload.as_mut().filter(|o| o.slot == declared) {
-                    o.remedied = true;
-                }
-                h.remedying = false;
-            }
-        }
-    }
-
-    fn on_overload_timer(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(h) = self.holi.as_mut() else { return };
-        let due = h.marker_election_for.take();
-        if self.role == Role::Follower && due == Some(self.promised) {
-            self.start_election(ctx);
-        }
-    }
-
     // ---------------------------------------------------------------------------------------
-    // HoliPaxos §3.3: log trimming, on-demand snapshots, durable compaction
+    // Log trimming, on-demand snapshots (HoliPaxos §3.3), durable compaction
     // ---------------------------------------------------------------------------------------
 
-    /// Trim the in-memory log up to the cluster bound (GLE / quorum-executed), never past
-    /// what this replica executed nor past a snapshot being taken for compaction.
+    /// Trim the in-memory log up to the layer's cluster bound (HoliPaxos: GLE /
+    /// quorum-executed), never past what this replica executed nor past a snapshot being
+    /// taken for compaction.
     fn trim_log(&mut self) {
-        if !matches!(self.trim, TrimMode::Gle | TrimMode::Quorum) {
+        if !matches!(self.trim, TrimPolicy::Bound(_)) {
             return;
         }
         let floor = match self.snapshot_pending {
@@ -1354,7 +1293,7 @@ impl MultiPaxos {
     fn maybe_snapshot(&mut self, ctx: &mut Ctx<'_>) {
         let executed = self.log.executed_upto();
         let due = match self.trim {
-            TrimMode::Snapshot => self.policy.due(self.durable_base, executed),
+            TrimPolicy::Snapshot => self.policy.due(self.durable_base, executed),
             _ => self.compact_every > 0 && executed >= self.durable_base + self.compact_every,
         };
         if due && self.snapshot_pending.is_none() {
@@ -1373,7 +1312,7 @@ impl MultiPaxos {
             self.send_snapshot_chunk(ctx, to, 0);
         }
         if compact && index > self.durable_base {
-            if self.trim == TrimMode::Snapshot {
+            if self.trim == TrimPolicy::Snapshot {
                 // Freed TRIM_STEP slots per event like the other modes (`trim_step`).
                 self.trim_to = self.trim_to.max(self.policy.trim_point(index));
             }
@@ -1636,28 +1575,26 @@ impl Protocol for MultiPaxos {
                     Msg::CatchupResp { entries, commit_upto, .. } => {
                         self.on_catchup_resp(ctx, from, entries, commit_upto)
                     }
-                    Msg::Control { ballot, le, gle } => {
-                        if self.holi.is_some() {
-                            self.on_control(ctx, from, ballot, le, gle)
-                        }
-                    }
-                    Msg::ControlAck { ballot, le } => self.on_control_ack(from, ballot, le),
                     Msg::Trimmed { first, source } => self.on_trimmed(ctx, first, source),
                     Msg::SnapshotReq { index, offset } => self.on_snapshot_req(ctx, from, index, offset),
                     Msg::SnapshotChunk { index, offset, total, data, members } => {
                         self.on_snapshot_chunk(ctx, from, index, offset, total, data, members)
                     }
+                    Msg::Layer(msg) => self.on_layer_msg(ctx, from, msg),
                 }
             }
             Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
             Event::Reconfigure { client, id, change } => self.on_reconfigure(ctx, client, id, change),
             Event::Timer(TIMER_ELECTION) => self.on_election_timer(ctx),
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
-            Event::Timer(TIMER_SLOWDOWN) => self.on_slowdown_tick(ctx),
-            Event::Timer(TIMER_OVERLOAD) => self.on_overload_timer(ctx),
             Event::Timer(TIMER_SNAPSHOT) => self.on_snapshot_timer(ctx),
+            Event::Timer(timer) => {
+                if let Some(op) = self.with_layer_hook(|l, core| l.on_timer(core, ctx, timer)) {
+                    self.run_layer_op(ctx, op);
+                }
+            }
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
-            Event::Timer(_) | Event::Persisted { .. } => {}
+            Event::Persisted { .. } => {}
         }
         self.trim_step();
     }
@@ -1675,7 +1612,7 @@ impl Protocol for MultiPaxos {
         if let Some(s) = self.config_pending {
             extra.insert("config_pending".into(), s.to_string());
         }
-        if self.trim != TrimMode::None || self.snapshot.is_some() {
+        if self.trim != TrimPolicy::None || self.snapshot.is_some() {
             extra.insert("trim".into(), self.trim.name().to_string());
             extra.insert("log_first".into(), self.log.first_index().to_string());
             extra.insert("gle".into(), self.gle.to_string());
@@ -1685,30 +1622,7 @@ impl Protocol for MultiPaxos {
             extra.insert("snapshot_index".into(), s.index.to_string());
             extra.insert("snapshot_bytes".into(), s.data.len().to_string());
         }
-        if let Some(h) = &self.holi {
-            let mut churn = h.churn.clone();
-            let now = self.leader_contact.map_or(Time::ZERO, |(_, t)| t);
-            extra.insert("passive".into(), h.churn.is_passive().to_string());
-            extra.insert("own_elections".into(), churn.own_elections(now).to_string());
-            let dq: Vec<String> = h.churn.disqualified(None).iter().map(|n| n.to_string()).collect();
-            extra.insert("rule3_churners_below_others".into(), dq.join(","));
-            extra.insert("overload_markers".into(), h.markers_executed.to_string());
-            extra.insert("marker_elections".into(), h.marker_elections.to_string());
-            extra.insert("slow".into(), h.detector.is_slow().to_string());
-            let (c_pos, c_neg) = h.detector.cusum();
-            extra.insert(
-                "slowdown".into(),
-                format!(
-                    "samples={} inflight={} variance={:.0} cusum=+{c_pos:.0}/{c_neg:.0}",
-                    h.detector.samples_seen(),
-                    h.detector.last_inflight(),
-                    h.detector.variance()
-                ),
-            );
-            if let Some(o) = &h.overload {
-                extra.insert("overload".into(), format!("slot {} by n{} remedied={}", o.slot, o.leader, o.remedied));
-            }
-        }
+        self.layer.status(self, &mut extra);
         if let Some(e) = &self.broken {
             extra.insert("error".into(), e.clone());
         }
@@ -1737,6 +1651,11 @@ impl Protocol for MultiPaxos {
             }
             Ok(Msg::SnapshotChunk { index, offset, total, .. }) => {
                 format!("SnapshotChunk index={index} {offset}/{total}")
+            }
+            Ok(Msg::Layer(msg)) => self.layer.describe_message(&msg),
+            Ok(Msg::Accept { ballot, slot, value: Value::Layer(entry), commit_upto }) => {
+                let value = self.layer.describe_value(&entry);
+                format!("Accept {{ ballot: {ballot:?}, slot: {slot}, value: {value}, commit_upto: {commit_upto} }}")
             }
             Ok(m) => format!("{m:?}"),
             Err(e) => format!("<undecodable: {e}>"),
