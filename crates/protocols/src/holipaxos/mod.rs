@@ -4,7 +4,7 @@
 //! HoliPaxos does not change Paxos: phase 1, phase 2 and the quorum rules are the ones of
 //! `multipaxos`, so safety is MultiPaxos's. It changes *when* elections start, *who* may
 //! win, *how the log is cleaned* and *what the leader sends*. All of it is one layer,
-//! [`Holi`], configured by [`HoliConfig`]: the core calls its hooks ([`layer`]) at the points
+//! `Holi`, configured by [`HoliConfig`]: the core calls its hooks (`layer.rs`) at the points
 //! named below; plain `multipaxos` runs with the no-op layer. HoliPaxos's own messages and
 //! markers ([`msg`]) travel through the core as opaque bytes.
 //!
