@@ -50,6 +50,12 @@ pub mod mutants {
             build: crate::multipaxos::mutants::build_volatile_accepts,
         },
         ProtocolInfo {
+            name: "holipaxos-eager-commit",
+            description: "HoliPaxos whose followers take a control message as committing every slot they accepted in its ballot (a mutant layer wrapping the HoliPaxos layer)",
+            leader_based: true,
+            build: crate::holipaxos::mutants::build_eager_commit,
+        },
+        ProtocolInfo {
             name: "multipaxos-early-exec",
             description: "MultiPaxos whose followers execute accepted, not yet chosen, values",
             leader_based: true,

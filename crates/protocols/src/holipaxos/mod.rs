@@ -294,5 +294,20 @@ impl Holi {
     }
 }
 
+/// Deliberately broken HoliPaxos variants for the mutation tests (feature `mutants`).
+#[cfg(feature = "mutants")]
+pub(crate) mod mutants {
+    use super::*;
+    use crate::layers::mutants::EagerCommit;
+
+    /// Followers take every control message as committing all they accepted in its ballot
+    /// (a mutant expressed as a layer wrapping the HoliPaxos layer).
+    pub fn build_eager_commit(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        let cfg = HoliConfig::from_params(&setup.params)?;
+        let layer = Box::new(EagerCommit(Holi::new(cfg)));
+        Ok(Box::new(MultiPaxos::with_layer(setup, Variant::default(), "holipaxos", layer)?))
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,9 @@
 //!   [`describe_message`](MultiPaxosLayer::describe_message),
 //!   [`describe_value`](MultiPaxosLayer::describe_value).
 
+#[cfg(feature = "mutants")]
+pub mod mutants;
+
 use crate::multipaxos::MultiPaxos;
 use bytes::Bytes;
 use std::collections::BTreeMap;

@@ -69,6 +69,12 @@ impl MultiPaxos {
         self.log.executed_upto()
     }
 
+    /// The highest slot in the log (accepted or chosen).
+    #[cfg(feature = "mutants")]
+    pub(crate) fn log_last(&self) -> u64 {
+        self.log.last_index()
+    }
+
     /// Client commands executed since this replica started.
     pub(crate) fn cmds_executed(&self) -> u64 {
         self.cmds_executed
