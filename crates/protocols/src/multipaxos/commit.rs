@@ -18,7 +18,7 @@ impl MultiPaxos {
     /// (HoliPaxos's single control message, §3.4), at an interval the layer may stretch
     /// (HoliPaxos Rule 1).
     pub(super) fn send_heartbeat(&mut self, ctx: &mut Ctx<'_>) {
-        match self.with_layer_hook(|l, core| l.heartbeat(core)) {
+        match self.call_layer(|l, core| l.heartbeat(core)) {
             Some(beat) => ctx.broadcast(&Msg::Layer(beat)),
             None => ctx.broadcast(&Msg::Heartbeat { ballot: self.promised, commit_upto: self.log.committed_prefix() }),
         }
@@ -129,7 +129,7 @@ impl MultiPaxos {
 
     /// A layer message: the layer decodes it and tells the core what to do with it.
     pub(super) fn on_layer_msg(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Bytes) {
-        match self.with_layer_hook(|l, core| l.on_message(core, ctx, from, &msg)) {
+        match self.call_layer(|l, core| l.on_message(core, ctx, from, &msg)) {
             LayerMsg::Handled => {}
             LayerMsg::Beat { ballot, commit_upto, trim_bound } => {
                 self.on_layer_beat(ctx, from, ballot, commit_upto, trim_bound)
@@ -162,7 +162,7 @@ impl MultiPaxos {
         self.gle = self.gle.max(trim_bound);
         self.trim_log();
         self.persist_commit_marker(ctx);
-        self.with_layer_hook(|l, core| l.after_beat(core, ctx, from, ballot));
+        self.call_layer(|l, core| l.after_beat(core, ctx, from, ballot));
     }
 
     /// The leader (in `ballot`) says everything up to `commit_upto` is chosen. Slots we
@@ -220,7 +220,7 @@ impl MultiPaxos {
             self.log.advance_exec();
             // Layer entries act in order with the commands around them.
             for (slot, e) in markers.drain(..) {
-                self.with_layer_hook(|l, core| l.on_executed(core, ctx, slot, &e));
+                self.call_layer(|l, core| l.on_executed(core, ctx, slot, &e));
             }
             if let Some((slot, m)) = config.take() {
                 self.apply_config(ctx, slot, m);

@@ -2,7 +2,7 @@
 //! layer hooks get.
 //!
 //! A hook that needs the core's state runs with the layer taken out of the core
-//! ([`MultiPaxos::with_layer_hook`]); what the layer asks the core to do comes back as a
+//! ([`MultiPaxos::call_layer`]); what the layer asks the core to do comes back as a
 //! value ([`LayerOp`], `LayerMsg`) and runs after the layer is back in place.
 
 use super::*;
@@ -11,7 +11,7 @@ impl MultiPaxos {
     /// Call a hook that needs both the layer (mutably) and a view of the core: the layer is
     /// taken out for the call (the core sees [`NoLayer`] meanwhile, and the view is
     /// read-only, so no hook runs inside another).
-    pub(super) fn with_layer_hook<R>(&mut self, f: impl FnOnce(&mut dyn MultiPaxosLayer, &MultiPaxos) -> R) -> R {
+    pub(super) fn call_layer<R>(&mut self, f: impl FnOnce(&mut dyn MultiPaxosLayer, &MultiPaxos) -> R) -> R {
         let mut layer = std::mem::replace(&mut self.layer, Box::new(NoLayer));
         let r = f(layer.as_mut(), self);
         self.layer = layer;

@@ -432,7 +432,7 @@ impl Protocol for MultiPaxos {
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
             Event::Timer(TIMER_SNAPSHOT) => self.on_snapshot_timer(ctx),
             Event::Timer(timer) => {
-                if let Some(op) = self.with_layer_hook(|l, core| l.on_timer(core, ctx, timer)) {
+                if let Some(op) = self.call_layer(|l, core| l.on_timer(core, ctx, timer)) {
                     self.run_layer_op(ctx, op);
                 }
             }

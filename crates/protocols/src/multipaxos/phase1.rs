@@ -133,7 +133,7 @@ impl MultiPaxos {
         if !reprepare {
             // The layer may refuse first (HoliPaxos: a probe, or a churner under Rule 3).
             let now = ctx.now;
-            if let Some(promised) = self.with_layer_hook(|l, core| l.screen_prepare(core, now, from, ballot)) {
+            if let Some(promised) = self.call_layer(|l, core| l.screen_prepare(core, now, from, ballot)) {
                 ctx.send(from, &Msg::Nack { ballot, promised });
                 return;
             }
@@ -322,7 +322,7 @@ impl MultiPaxos {
         if !self.members.contains(&from) {
             return;
         }
-        let verdict = self.with_layer_hook(|l, core| l.on_nack(core, from, ballot, promised));
+        let verdict = self.call_layer(|l, core| l.on_nack(core, from, ballot, promised));
         if verdict.note_ballot {
             self.max_seen = self.max_seen.max(promised);
         }
