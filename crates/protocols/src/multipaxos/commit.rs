@@ -136,7 +136,7 @@ impl MultiPaxos {
             }
             LayerMsg::Trim(bound) => {
                 if let Some(bound) = bound {
-                    self.gle = self.gle.max(bound);
+                    self.trim_bound = self.trim_bound.max(bound);
                 }
                 self.trim_log();
             }
@@ -159,7 +159,7 @@ impl MultiPaxos {
             return;
         }
         self.learn_commit(ctx, from, ballot, commit_upto);
-        self.gle = self.gle.max(trim_bound);
+        self.trim_bound = self.trim_bound.max(trim_bound);
         self.trim_log();
         self.persist_commit_marker(ctx);
         self.call_layer(|l, core| l.after_beat(core, ctx, from, ballot));

@@ -82,7 +82,7 @@ impl MultiPaxos {
 
     /// The trim bound last learned or computed (`TrimPolicy::Bound`).
     pub(crate) fn trim_bound(&self) -> u64 {
-        self.gle
+        self.trim_bound
     }
 
     /// The last leader whose Accepts this replica took.

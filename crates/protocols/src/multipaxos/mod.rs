@@ -192,7 +192,7 @@ pub struct MultiPaxos {
     policy: SnapshotPolicy,
     /// The trim bound the layer learned from (or, at the leader, computed for) the cluster
     /// (`TrimPolicy::Bound`; HoliPaxos's GLE, or the quorum-executed index under quorum trim).
-    gle: u64,
+    trim_bound: u64,
     /// Slots below this may be freed (below the layer's trim bound, or behind a snapshot in
     /// snapshot mode); freed [`TRIM_STEP`] per event.
     trim_to: u64,
@@ -274,7 +274,7 @@ impl MultiPaxos {
             trim: compaction.trim,
             compact_every: compaction.compact_every,
             policy: SnapshotPolicy::from_params(&setup.params),
-            gle: 0,
+            trim_bound: 0,
             trim_to: 0,
             snapshot: None,
             snapshot_pending: None,
@@ -458,7 +458,8 @@ impl Protocol for MultiPaxos {
         if self.trim != TrimPolicy::None || self.snapshot.is_some() {
             extra.insert("trim".into(), self.trim.name().to_string());
             extra.insert("log_first".into(), self.log.first_index().to_string());
-            extra.insert("gle".into(), self.gle.to_string());
+            // The key predates layers (HoliPaxos calls the bound GLE); tools read it.
+            extra.insert("gle".into(), self.trim_bound.to_string());
             extra.insert("snapshots_installed".into(), self.snapshots_installed.to_string());
         }
         if let Some(s) = &self.snapshot {

@@ -21,7 +21,7 @@ impl MultiPaxos {
             Some((_, index, true)) => index,
             _ => u64::MAX,
         };
-        let upto = self.gle.min(self.log.executed_upto()).min(floor);
+        let upto = self.trim_bound.min(self.log.executed_upto()).min(floor);
         self.trim_to = self.trim_to.max(upto + 1);
     }
 
