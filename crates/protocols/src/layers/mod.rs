@@ -245,3 +245,6 @@ pub trait MultiPaxosLayer: Send {
 pub struct NoLayer;
 
 impl MultiPaxosLayer for NoLayer {}
+
+#[cfg(test)]
+mod tests;
