@@ -6,6 +6,7 @@
 
 pub mod epaxos;
 pub mod holipaxos;
+pub mod layers;
 pub mod mencius;
 pub mod multipaxos;
 pub mod raft;
@@ -53,6 +54,12 @@ pub mod mutants {
             leader_based: true,
             order: Order::Total,
             build: crate::multipaxos::mutants::build_volatile_accepts,
+        },
+        ProtocolInfo {
+            name: "holipaxos-eager-commit",
+            description: "HoliPaxos whose followers take a control message as committing every slot they accepted in its ballot (a mutant layer wrapping the HoliPaxos layer)",
+            leader_based: true,
+            build: crate::holipaxos::mutants::build_eager_commit,
         },
         ProtocolInfo {
             name: "multipaxos-early-exec",

@@ -1,12 +1,12 @@
-//! HoliPaxos (Liang, Jabrayilov, Aghayev, Charapko, PVLDB 18(8) 2025) as layers on the
-//! MultiPaxos core of `crate::multipaxos`.
+//! HoliPaxos (Liang, Jabrayilov, Aghayev, Charapko, PVLDB 18(8) 2025) as a layer on the
+//! MultiPaxos core of `crate::multipaxos` (the interface: `crate::layers`).
 //!
 //! HoliPaxos does not change Paxos: phase 1, phase 2 and the quorum rules are the ones of
 //! `multipaxos`, so safety is MultiPaxos's. It changes *when* elections start, *who* may
-//! win, *how the log is cleaned* and *what the leader sends*. Each of those is a layer
-//! switched on by [`HoliConfig`] inside the same `MultiPaxos` struct (`multipaxos/mod.rs`
-//! calls into the layer at the points named below); plain `multipaxos` runs with every
-//! layer off, byte-for-byte the baseline.
+//! win, *how the log is cleaned* and *what the leader sends*. All of it is one layer,
+//! `Holi`, configured by [`HoliConfig`]: the core calls its hooks (`layer.rs`) at the points
+//! named below; plain `multipaxos` runs with the no-op layer. HoliPaxos's own messages and
+//! markers ([`msg`]) travel through the core as opaque bytes.
 //!
 //! Reading order (paper sections):
 //!
@@ -14,7 +14,8 @@
 //!    ballot; a node receiving it from a stale leader answers with a rejection (`Nack`)
 //!    carrying the higher ballot, which makes the old leader step down (the Leader-Quorum-
 //!    Loss partition of Fig. 2). Timeouts are drawn per node and per reset from the seeded
-//!    RNG, so nodes do not time out together. → `follow`, `on_nack` in multipaxos. Plain
+//!    RNG, so nodes do not time out together. → `rejects_stale_leaders` (used by the core's
+//!    `follow`), `on_nack`. Plain
 //!    `multipaxos` does not reject: like the paper's baseline, its failure detector only
 //!    knows that the leader it followed is alive (a stale leader's heartbeat still resets
 //!    the election timer), so the stale leader learns the higher ballot only when one of
@@ -24,12 +25,12 @@
 //!    3rd on, its heartbeat interval is multiplied by a penalty that grows ×4 with each
 //!    further election, so a churning leader's heartbeats stop reaching followers in time,
 //!    a central node times out and takes over (Fig. 3), and the churners, now hearing a
-//!    leader, stop campaigning; it resets when the window empties. → `send_heartbeat`.
+//!    leader, stop campaigning; it resets when the window empties. → `heartbeat_penalty`.
 //!    *Rule 2*: a node counts the distinct answers (promises *and* rejections) to its
 //!    phase 1; without a quorum it turns passive and probes with the invalid ballot 0, which
 //!    every node rejects without promising anything; a quorum of answers to a probe
-//!    requalifies it and it campaigns at once (Fig. 5a). → `on_election_timer`,
-//!    `passive_probe`, `on_prepare` (ballot 0), `note_response`.
+//!    requalifies it and it campaigns at once (Fig. 5a). → `campaign`, `on_probe`,
+//!    `screen_prepare` (ballot 0), `on_phase1_answer`.
 //!    *Rule 3*: every node remembers the Prepares it received (5 s window); a candidate
 //!    with ≥ 2 attempts in the window is a churner, and a churner is rejected (`Nack` with
 //!    ballot 0, i.e. without handing it a ballot to outbid) while a higher-id node is still
@@ -39,7 +40,8 @@
 //!    blocked once every higher competitor is quiet (a crashed winner cannot block the
 //!    others). Rule 1 (3 own elections / 3 s) needs longer to trigger than Rule 3 (2
 //!    attempts of each of two churners), as the paper requires; see [`churn::ChurnConfig`]
-//!    for how the paper's 5 elections / 3 s translate to synod's timeouts. → `on_prepare`.
+//!    for how the paper's 5 elections / 3 s translate to synod's timeouts. →
+//!    `screen_prepare`.
 //! 3. **Slowdown detector (§3.2, Algorithm 1), [`slowdown`].** Every 0.5 s the leader
 //!    samples its in-flight operations (queued + proposed-not-executed + what the driver
 //!    holds, `ctx.load.queued_requests`) and its executed count; one variance per
@@ -50,7 +52,7 @@
 //!    CUSUM's change point, where C⁺ last left 0, against the window before it — is
 //!    dismissed, and the variance baseline is then re-learned at the new load. On a
 //!    detection the leader commits an *overload declaration marker*
-//!    ([`crate::multipaxos::Marker::Overload`]) to the log. A follower executing it whose
+//!    ([`msg::Marker::Overload`]) to the log. A follower executing it whose
 //!    last successful leader (the one whose Accepts it took) is the declarer, still
 //!    in the declared ballot, starts one election after a random backoff — at most one
 //!    marker-triggered election per marker and node. A later leader writes a *remediation
@@ -62,8 +64,8 @@
 //!    a general overload causes one election cycle, not churn. A replica that declared
 //!    itself overloaded sits out the elections later markers start for
 //!    `slowdown_sitout_ms` (default 10 min; the paper does not say who should win), so a
-//!    marker election does not hand the lead back to the slow node. → `on_slowdown_tick`,
-//!    `on_marker`. `slowdown_robust = on` replaces the variance by the squared,
+//!    marker election does not hand the lead back to the slow node. → `on_timer`
+//!    (`on_slowdown_tick`), `on_executed` (`on_marker`). `slowdown_robust = on` replaces the variance by the squared,
 //!    normal-scaled median absolute deviation (see [`slowdown::SlowdownConfig::robust`]):
 //!    with the printed variance, one short stall of a leader whose in-flight count is
 //!    near 0 crosses the paper's threshold (measured in Fig. 10c, session 4 note).
@@ -74,18 +76,20 @@
 //!    (a wiped node, or a lagging one under quorum trim) asks a *non-leader* peer for an
 //!    on-demand snapshot (chunked), while its own reported LE keeps GLE frozen. Options
 //!    `trim = gle | quorum | snapshot | none` select HoliPaxos's GLE trim, the paper's
-//!    "quorum trim" comparison, Raft-style periodic snapshots, or nothing. → `trim_log`,
-//!    `on_control_ack`, `request_snapshot`, `install_snapshot`.
+//!    "quorum trim" comparison, Raft-style periodic snapshots, or nothing. → `compaction`,
+//!    `on_message` (`ControlAck`), `snapshot_source`; the core's `trim_log`,
+//!    `request_snapshot`, `install_snapshot`.
 //!    Durability: the paper's system is in-memory. Here the WAL keeps every record unless
 //!    `compact_every = N` (entries) is set, which compacts the durable image (snapshot +
 //!    log suffix) every N executed entries; a restarted node replays its records and
 //!    never needs a peer for that.
-//! 5. **Single control message (§3.4).** `Msg::Control { ballot, le, gle }` replaces the
+//! 5. **Single control message (§3.4).** `HoliMsg::Control { ballot, le, gle }` replaces the
 //!    heartbeat: ballot (failure detector), the leader's LE as a batch commit marker, GLE.
 //!    A follower marks committed, in slot order, every slot up to LE that it accepted *in
 //!    the leader's ballot* and stops at the first gap or older-ballot value (which it
 //!    fetches) — the paper's "commit up to LE only without gaps", plus the ballot check that
-//!    keeps it safe when a follower still holds an older leader's value. → `learn_commit`.
+//!    keeps it safe when a follower still holds an older leader's value. → `heartbeat`,
+//!    `on_message` (`Control`: the core's `learn_commit`), `after_beat`.
 //!
 //! 6. **Reconfiguration (§3.3's fix for an extended failure freezing GLE).** Single-server
 //!    membership changes through the log, shared with MultiPaxos (multipaxos "Membership"
@@ -98,6 +102,8 @@
 //! heuristics depend on markers).
 
 pub mod churn;
+mod layer;
+pub mod msg;
 pub mod slowdown;
 pub mod trim;
 
@@ -114,7 +120,7 @@ use trim::{LeTracker, TrimMode};
 /// Registry constructor for `holipaxos`.
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
     let cfg = HoliConfig::from_params(&setup.params)?;
-    Ok(Box::new(MultiPaxos::with_layers(setup, Variant::default(), "holipaxos", Some(cfg))?))
+    Ok(Box::new(MultiPaxos::with_layer(setup, Variant::default(), "holipaxos", Box::new(Holi::new(cfg)))?))
 }
 
 /// Every option `holipaxos` accepts (ProtocolParams::options).
@@ -229,7 +235,8 @@ pub(crate) struct Overload {
     pub remedied: bool,
 }
 
-/// The state of the HoliPaxos layers on one replica (owned by `MultiPaxos`).
+/// The HoliPaxos layer: its state on one replica (owned by the `MultiPaxos` core, which
+/// calls it through `crate::layers::MultiPaxosLayer`).
 pub(crate) struct Holi {
     pub cfg: HoliConfig,
     pub churn: ChurnRules,
@@ -284,6 +291,21 @@ impl Holi {
                 None => true,
                 Some(o) => o.remedied || now.since(o.executed_at) >= self.cfg.slowdown.redeclare_after,
             }
+    }
+}
+
+/// Deliberately broken HoliPaxos variants for the mutation tests (feature `mutants`).
+#[cfg(feature = "mutants")]
+pub(crate) mod mutants {
+    use super::*;
+    use crate::layers::mutants::EagerCommit;
+
+    /// Followers take every control message as committing all they accepted in its ballot
+    /// (a mutant expressed as a layer wrapping the HoliPaxos layer).
+    pub fn build_eager_commit(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        let cfg = HoliConfig::from_params(&setup.params)?;
+        let layer = Box::new(EagerCommit(Holi::new(cfg)));
+        Ok(Box::new(MultiPaxos::with_layer(setup, Variant::default(), "holipaxos", layer)?))
     }
 }
 

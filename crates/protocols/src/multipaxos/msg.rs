@@ -1,5 +1,6 @@
-//! MultiPaxos messages and durable records (plus the HoliPaxos layers' additions, which
-//! plain MultiPaxos never sends).
+//! MultiPaxos messages and durable records. A layer (`crate::layers`) adds its own messages
+//! and log entries as opaque bytes (`Msg::Layer`, `Value::Layer`), which plain MultiPaxos
+//! never sends.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -13,8 +14,9 @@ pub type Batch = Vec<Command>;
 pub enum Value {
     /// Client commands, applied to the state machine in order.
     Cmds(Batch),
-    /// A protocol marker: ordered like any value, never applied to the state machine.
-    Marker(Marker),
+    /// A layer's entry (opaque to the core): ordered like any value, never applied to the
+    /// state machine; handed to the layer when executed.
+    Layer(Bytes),
     /// A membership entry: the complete configuration in effect for every slot after this
     /// one, on every replica, once this slot is executed (docs/design.md, "Membership").
     Config(Vec<MemberInfo>),
@@ -29,24 +31,13 @@ impl Value {
     pub fn len(&self) -> usize {
         match self {
             Value::Cmds(b) => b.len(),
-            Value::Marker(_) | Value::Config(_) => 0,
+            Value::Layer(_) | Value::Config(_) => 0,
         }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// Markers written to the log by the HoliPaxos layers (§3.2).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Marker {
-    /// Overload declaration: `leader`, leading in `ballot`, found itself slow at `at_ms`
-    /// (its clock), with its in-flight variance at that point (ops²). Followers whose last
-    /// successful leader it is start one election.
-    Overload { leader: NodeId, ballot: Ballot, at_ms: u64, variance: u64 },
-    /// The overload declared in slot `slot` was remedied by a leader change.
-    Remedied { slot: u64 },
 }
 
 /// One accepted slot as reported in a promise.
@@ -62,7 +53,7 @@ pub struct AcceptedSlot {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
     /// Phase 1a, for every slot from `from_slot` on (one phase 1 for all future slots).
-    /// HoliPaxos Rule 2: ballot 0 is a passive probe that every node rejects.
+    /// Ballot 0 is a probe (a layer's `Campaign::Probe`) that every node rejects.
     Prepare { ballot: Ballot, from_slot: u64 },
     /// Phase 1b: the acceptor promised `ballot` and reports what it accepted from
     /// `from_slot`. `trimmed`: the acceptor dropped every slot up to it from its log (they
@@ -73,20 +64,15 @@ pub enum Msg {
     Accept { ballot: Ballot, slot: u64, value: Value, commit_upto: u64 },
     /// Phase 2b.
     Accepted { ballot: Ballot, slot: u64 },
-    /// Refusal: the sender has promised the higher `promised` ballot. HoliPaxos Rule 3
-    /// rejects with `promised = 0` ("without giving a valid ballot").
+    /// Refusal: the sender has promised the higher `promised` ballot. A layer may refuse
+    /// with `promised = 0` ("without giving a valid ballot", HoliPaxos Rule 3).
     Nack { ballot: Ballot, promised: Ballot },
-    /// Leader heartbeat with its committed prefix (plain MultiPaxos).
+    /// Leader heartbeat with its committed prefix (unless the layer replaces it).
     Heartbeat { ballot: Ballot, commit_upto: u64 },
     /// A follower asks for the chosen values of slots `[from, to]`.
     CatchupReq { from: u64, to: u64 },
     /// Chosen values for a lagging follower.
     CatchupResp { ballot: Ballot, entries: Vec<(u64, Value)>, commit_upto: u64 },
-    /// HoliPaxos single control message (§3.4): heartbeat + batch commit marker (the
-    /// leader's last executed index `le`) + `gle` (trim bound).
-    Control { ballot: Ballot, le: u64, gle: u64 },
-    /// A follower's answer to `Control`: its last executed index.
-    ControlAck { ballot: Ballot, le: u64 },
     /// Answer to a `CatchupReq` for slots this replica trimmed: everything below `first` is
     /// only available as a snapshot. `source`: a non-leader peer known (from its LE
     /// reports) to have executed that far, to ask for it.
@@ -102,6 +88,8 @@ pub enum Msg {
     /// `Promise` that would have to carry every one of those slots. The acceptor did
     /// promise the ballot; the candidate gives it up and catches up in chunks first.
     Behind { ballot: Ballot, committed: u64 },
+    /// A message of the layer (`crate::layers`), opaque to the core.
+    Layer(Bytes),
 }
 
 /// What MultiPaxos persists. Replayed in order on restart.

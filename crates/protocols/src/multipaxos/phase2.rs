@@ -1,0 +1,171 @@
+//! 2. **Normal operation: phase 2, pipelined and batched.**
+//!
+//! The leader batches client requests (adaptive: a batch is whatever queued while the
+//! pipeline window was full), assigns the next slot and runs phase 2 (`Accept` / `Accepted`)
+//! with many slots in flight; its own acceptance is persisted before the Accepts leave. A
+//! slot is chosen when a quorum accepted it; chosen slots are executed in slot order
+//! (`commit.rs`). An acceptor takes an Accept of a ballot at least its promise, persists it,
+//! then answers.
+
+use super::*;
+
+impl MultiPaxos {
+    /// Send a client to the leader we know of.
+    pub(super) fn redirect(&self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: &Command) {
+        let leader = self.leader.filter(|l| *l != self.id);
+        ctx.answer(client, cmd, ReplyBody::NotLeader { leader });
+    }
+
+    /// A client request: the leader queues and proposes it, a candidate holds it, anyone else
+    /// redirects.
+    pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
+        match self.role {
+            Role::Leader => {
+                self.queue.push(Some(client), cmd);
+                self.propose_queued(ctx);
+            }
+            // A candidate may win shortly: hold the request rather than bounce it.
+            Role::Candidate => self.queue.push(Some(client), cmd),
+            _ => self.redirect(ctx, client, &cmd),
+        }
+    }
+
+    /// Propose queued requests while the pipeline window has room.
+    pub(super) fn propose_queued(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role != Role::Leader || self.config_pending.is_some() {
+            return;
+        }
+        let mut proposals = Vec::new();
+        while !self.queue.is_empty() && self.in_flight.len() + proposals.len() < self.params.pipeline_window {
+            let batch = self.queue.take(self.params.max_batch, MAX_BATCH_BYTES);
+            let clients: Vec<Option<Waiter>> = batch.iter().map(Waiter::for_pending).collect();
+            let value = Value::Cmds(batch.into_iter().map(|p| p.cmd).collect());
+            proposals.push((value, clients));
+        }
+        self.propose(ctx, proposals);
+    }
+
+    /// Assign the next slots to `proposals` and run phase 2 for them.
+    pub(super) fn propose(&mut self, ctx: &mut Ctx<'_>, proposals: Vec<(Value, Vec<Option<Waiter>>)>) {
+        if proposals.is_empty() {
+            return;
+        }
+        let mut records = Vec::new();
+        let mut sends = Vec::new();
+        for (value, clients) in proposals {
+            let slot = self.next_slot;
+            self.next_slot += 1;
+            self.log.set(slot, Entry { ballot: self.promised, value: value.clone() }, SlotState::InProgress);
+            records.push(Record::Accept { slot, ballot: self.promised, value: value.clone() });
+            sends.push((slot, value, clients));
+        }
+        // Persist our own acceptance before the Accepts leave (driver contract), so counting
+        // ourselves in the quorum is safe.
+        self.persist(ctx, &records);
+        let commit_upto = self.log.committed_prefix();
+        for (slot, value, clients) in sends {
+            self.track(ctx, slot, clients);
+            ctx.broadcast(&Msg::Accept { ballot: self.promised, slot, value, commit_upto });
+        }
+        self.commit_ready(ctx);
+    }
+
+    /// Leader bookkeeping for a slot just proposed: its acks (ours included) and the clients
+    /// waiting for it.
+    pub(super) fn track(&mut self, ctx: &mut Ctx<'_>, slot: u64, clients: Vec<Option<Waiter>>) {
+        let mut acks = QuorumTracker::new(self.quorum);
+        acks.ack(self.id);
+        let cmds = clients.len();
+        if clients.iter().any(|c| c.is_some()) {
+            self.waiting.insert(slot, clients);
+        }
+        self.in_flight.insert(slot, InFlight { acks, sent_at: ctx.now, cmds });
+    }
+
+    /// Phase 2b at an acceptor: take an Accept of a ballot at least our promise (following its
+    /// leader), persist it, answer, and learn the leader's committed prefix.
+    pub(super) fn on_accept(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        slot: u64,
+        value: Value,
+        commit: u64,
+    ) {
+        self.drop_abandoned_ballot(ballot);
+        if ballot < self.promised {
+            ctx.send(from, &Msg::Nack { ballot, promised: self.promised });
+            return;
+        }
+        let mut records = Vec::new();
+        if ballot > self.promised {
+            self.promised = ballot;
+            self.promised_other = self.promised_other.max(ballot);
+            records.push(Record::Promise(ballot));
+        }
+        if self.role != Role::Follower || self.leader != Some(from) {
+            self.step_down(ctx, Some(from));
+        }
+        self.reset_election_timer(ctx);
+        self.heard_leader(ctx.now, from);
+        self.last_successful_leader = Some(from);
+        // An acceptor holds at most ACCEPT_AHEAD_CHUNKS catch-up chunks beyond its execution
+        // point. Otherwise a replica far behind (a joiner before its snapshot, one restarted
+        // with an empty disk) holds every slot in between as a hole: one Accept for slot
+        // 10^8 would allocate gigabytes. It does not answer (never unsafe in Paxos: the slot
+        // is simply not accepted here) and catches up first, which learn_commit asks for.
+        let ahead = (self.params.catchup_chunk.max(1) as u64).saturating_mul(ACCEPT_AHEAD_CHUNKS);
+        if slot > self.log.exec_next().saturating_add(ahead) {
+            if !records.is_empty() {
+                self.persist(ctx, &records);
+            }
+            self.learn_commit(ctx, from, ballot, commit);
+            return;
+        }
+        if !self.log.is_committed(slot) {
+            self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
+            if !self.variant.volatile_accepts {
+                records.push(Record::Accept { slot, ballot, value });
+            }
+        }
+        if !records.is_empty() {
+            self.persist(ctx, &records);
+        }
+        ctx.send(from, &Msg::Accepted { ballot, slot });
+        if self.variant.execute_on_accept {
+            self.log.mark_committed(slot);
+        }
+        self.learn_commit(ctx, from, ballot, commit);
+    }
+
+    /// An acceptance of one of our slots: a quorum commits it.
+    pub(super) fn on_accepted(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, slot: u64) {
+        // Only members count: every slot in flight is governed by the current configuration
+        // (a membership entry stops the pipeline until it is executed).
+        if self.role != Role::Leader || ballot != self.promised || !self.members.contains(&from) {
+            return;
+        }
+        let reached = match self.in_flight.get_mut(&slot) {
+            Some(f) => f.acks.ack(from),
+            None => false,
+        };
+        if reached {
+            self.commit_ready(ctx);
+        }
+    }
+
+    /// Mark every in-flight slot that has a quorum committed, then execute and refill the
+    /// pipeline.
+    pub(super) fn commit_ready(&mut self, ctx: &mut Ctx<'_>) {
+        let done: Vec<u64> = self.in_flight.iter().filter(|(_, f)| f.acks.reached()).map(|(s, _)| *s).collect();
+        for slot in &done {
+            self.in_flight.remove(slot);
+            self.log.mark_committed(*slot);
+        }
+        if !done.is_empty() {
+            self.execute(ctx);
+            self.propose_queued(ctx);
+        }
+    }
+}
