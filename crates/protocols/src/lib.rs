@@ -59,6 +59,7 @@ pub mod mutants {
             name: "holipaxos-eager-commit",
             description: "HoliPaxos whose followers take a control message as committing every slot they accepted in its ballot (a mutant layer wrapping the HoliPaxos layer)",
             leader_based: true,
+            order: Order::Total,
             build: crate::holipaxos::mutants::build_eager_commit,
         },
         ProtocolInfo {
