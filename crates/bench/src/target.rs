@@ -129,9 +129,14 @@ impl TargetSpec {
     pub async fn connect(&self, client: usize, key_size: usize) -> Result<AnyTarget, TargetError> {
         let fail = |reason: String| TargetError::Connect { target: self.to_string(), reason };
         Ok(match self.kind {
-            TargetKind::Synod => AnyTarget::Synod(Box::new(SynodTarget {
-                client: synod_client::Client::connect(&self.endpoints).await.map_err(|e| fail(e.to_string()))?,
-            })),
+            TargetKind::Synod => {
+                // Each client starts at its own replica: leaderless protocols then have every
+                // replica lead commands; leader-based ones redirect to the leader.
+                let opts = synod_client::ClientOptions { home: client, ..Default::default() };
+                let client =
+                    synod_client::Client::with_options(&self.endpoints, opts).await.map_err(|e| fail(e.to_string()))?;
+                AnyTarget::Synod(Box::new(SynodTarget { client }))
+            }
             TargetKind::Redis => {
                 // Clients are spread over the endpoints (e.g. synod's Redis front end on
                 // every replica); a single redis-server has one.

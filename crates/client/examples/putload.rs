@@ -62,7 +62,11 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let opts = ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: Duration::from_secs(10) };
+    let opts = ClientOptions {
+        request_timeout: Duration::from_secs(2),
+        max_retry_time: Duration::from_secs(10),
+        ..Default::default()
+    };
     let mut clients = Vec::new();
     for _ in 0..o.clients {
         match Client::with_options(&o.endpoints, opts.clone()).await {

@@ -38,11 +38,16 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// How long a request is retried in total before [`ClientError::Timeout`].
     pub max_retry_time: Duration,
+    /// The endpoint tried first (index into the endpoints, modulo their number): the
+    /// client's home replica. A leader-based cluster redirects the client to its leader; a
+    /// leaderless one (EPaxos, Mencius) serves it there, so spreading clients over the
+    /// replicas (or giving each the nearest) spreads the command leaders.
+    pub home: usize,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: Duration::from_secs(30) }
+        ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: Duration::from_secs(30), home: 0 }
     }
 }
 
@@ -133,6 +138,7 @@ impl Client {
         while client_id == 0 {
             client_id = rand::thread_rng().gen();
         }
+        let home = opts.home % endpoints.len();
         let mut c = Client {
             endpoints: endpoints.iter().map(|e| e.as_ref().to_string()).collect(),
             opts,
@@ -140,7 +146,7 @@ impl Client {
             next_seq: 1,
             acked_below: 1,
             ids: HashMap::new(),
-            current: 0,
+            current: home,
             conn: None,
         };
         let start = Instant::now();

@@ -104,7 +104,11 @@ fn put_op() -> Op {
 }
 
 fn fast() -> ClientOptions {
-    ClientOptions { request_timeout: Duration::from_millis(500), max_retry_time: Duration::from_secs(10) }
+    ClientOptions {
+        request_timeout: Duration::from_millis(500),
+        max_retry_time: Duration::from_secs(10),
+        ..Default::default()
+    }
 }
 
 #[tokio::test]
@@ -194,8 +198,11 @@ async fn rejected_and_leaderless_are_retried_until_done() {
 #[tokio::test]
 async fn gives_up_after_max_retry_time_saying_the_outcome_is_unknown() {
     let node = Fake::start(1, Some(1), |_| React::Drop).await;
-    let opts =
-        ClientOptions { request_timeout: Duration::from_millis(200), max_retry_time: Duration::from_millis(600) };
+    let opts = ClientOptions {
+        request_timeout: Duration::from_millis(200),
+        max_retry_time: Duration::from_millis(600),
+        ..Default::default()
+    };
     let mut c = Client::with_options(&[&node.addr], opts).await.unwrap();
     let start = Instant::now();
     let err = c.execute(put_op()).await.unwrap_err();
@@ -218,8 +225,11 @@ async fn connect_needs_one_reachable_endpoint() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let opts =
-        ClientOptions { request_timeout: Duration::from_millis(200), max_retry_time: Duration::from_millis(300) };
+    let opts = ClientOptions {
+        request_timeout: Duration::from_millis(200),
+        max_retry_time: Duration::from_millis(300),
+        ..Default::default()
+    };
     let err = Client::with_options(&[&dead], opts.clone()).await.unwrap_err();
     assert!(matches!(err, ClientError::NoReplicaReachable { .. }), "{err}");
     assert!(err.to_string().contains(&dead), "{err}");

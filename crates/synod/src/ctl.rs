@@ -117,7 +117,7 @@ async fn run(args: Args) -> ExitCode {
         eprintln!("error: no endpoints given (--endpoints or SYNOD_ENDPOINTS)");
         return ExitCode::from(2);
     }
-    let opts = ClientOptions { request_timeout: args.timeout, max_retry_time: args.retry_time };
+    let opts = ClientOptions { request_timeout: args.timeout, max_retry_time: args.retry_time, ..Default::default() };
     if let CtlCommand::Status { output } = args.command {
         return status(&endpoints, args.timeout, output).await;
     }

@@ -18,7 +18,11 @@ async fn acknowledged_puts_survive_killing_every_replica() {
 
     // Several sessions write unique keys as fast as they can; only acknowledged ones are
     // recorded. Their retry time is short so they give up once the cluster is gone.
-    let opts = ClientOptions { request_timeout: Duration::from_secs(1), max_retry_time: Duration::from_secs(3) };
+    let opts = ClientOptions {
+        request_timeout: Duration::from_secs(1),
+        max_retry_time: Duration::from_secs(3),
+        ..Default::default()
+    };
     let mut writers = Vec::new();
     for c in 0..CLIENTS {
         let mut client = Client::with_options(&cluster.endpoints(), opts.clone()).await.unwrap();

@@ -152,7 +152,8 @@ impl Cluster {
     }
 
     pub async fn client(&self) -> Client {
-        let opts = ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: PATIENCE };
+        let opts =
+            ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: PATIENCE, ..Default::default() };
         Client::with_options(&self.endpoints(), opts).await.expect("client connects")
     }
 
