@@ -131,12 +131,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub enum Sweep {
     Clients(Vec<usize>),
     Rate(Vec<f64>),
+    /// Percentages of writes sent to one hot key (EPaxos §7.1's interference rates).
+    Conflict(Vec<f64>),
 }
 
 impl Sweep {
     pub fn parse(s: &str) -> Result<Sweep, String> {
-        let (name, values) =
-            s.split_once('=').ok_or_else(|| format!("sweep `{s}`: expected clients=1,2,4 or rate=1000,2000"))?;
+        let (name, values) = s
+            .split_once('=')
+            .ok_or_else(|| format!("sweep `{s}`: expected clients=1,2,4, rate=1000,2000 or conflict=0,2,25,100"))?;
         let values: Vec<&str> = values.split(',').map(str::trim).filter(|v| !v.is_empty()).collect();
         if values.is_empty() {
             return Err(format!("sweep `{s}`: no values"));
@@ -162,7 +165,17 @@ impl Sweep {
                 })
                 .collect::<Result<_, _>>()
                 .map(Sweep::Rate),
-            other => Err(format!("sweep `{s}`: unknown parameter `{other}` (clients, rate)")),
+            "conflict" => values
+                .iter()
+                .map(|v| {
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|c| (0.0..=100.0).contains(c))
+                        .ok_or_else(|| format!("sweep `{s}`: `{v}` is not a percentage in 0..=100"))
+                })
+                .collect::<Result<_, _>>()
+                .map(Sweep::Conflict),
+            other => Err(format!("sweep `{s}`: unknown parameter `{other}` (clients, rate, conflict)")),
         }
     }
 }
@@ -263,10 +276,18 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
     if matches!(sweep, Some(Sweep::Rate(_))) && args.rate.is_none() {
         tracing::info!("sweeping rate: runs are open loop");
     }
-    let points: Vec<(Option<String>, usize, Option<f64>)> = match &sweep {
-        None => vec![(None, args.clients, args.rate)],
-        Some(Sweep::Clients(cs)) => cs.iter().map(|&c| (Some(format!("clients={c}")), c, args.rate)).collect(),
-        Some(Sweep::Rate(rs)) => rs.iter().map(|&r| (Some(format!("rate={r}")), args.clients, Some(r))).collect(),
+    let base_conflict = spec.conflict_pct;
+    let points: Vec<(Option<String>, usize, Option<f64>, f64)> = match &sweep {
+        None => vec![(None, args.clients, args.rate, base_conflict)],
+        Some(Sweep::Clients(cs)) => {
+            cs.iter().map(|&c| (Some(format!("clients={c}")), c, args.rate, base_conflict)).collect()
+        }
+        Some(Sweep::Rate(rs)) => {
+            rs.iter().map(|&r| (Some(format!("rate={r}")), args.clients, Some(r), base_conflict)).collect()
+        }
+        Some(Sweep::Conflict(cs)) => {
+            cs.iter().map(|&c| (Some(format!("conflict={c}")), args.clients, args.rate, c)).collect()
+        }
     };
     let progress = args.progress || std::io::stderr().is_terminal();
     let plots = !args.no_plots;
@@ -285,7 +306,9 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
 
     let mut loaded = vec![args.skip_load; targets.len()];
     let mut records = Vec::new();
-    'outer: for (point, clients, rate) in &points {
+    'outer: for (point, clients, rate, conflict) in &points {
+        let mut spec = spec.clone();
+        spec.conflict_pct = *conflict;
         for round in 1..=args.rounds {
             for (ti, target) in targets.iter().enumerate() {
                 if stop.raised() {
@@ -422,6 +445,8 @@ mod tests {
         assert_eq!(Sweep::parse("rate=1000,2500.5"), Ok(Sweep::Rate(vec![1000.0, 2500.5])));
         assert!(Sweep::parse("clients=0").unwrap_err().contains("positive client count"));
         assert!(Sweep::parse("threads=1").unwrap_err().contains("unknown parameter"));
+        assert_eq!(Sweep::parse("conflict=0,2,25,100"), Ok(Sweep::Conflict(vec![0.0, 2.0, 25.0, 100.0])));
+        assert!(Sweep::parse("conflict=101").unwrap_err().contains("percentage"));
     }
 
     #[test]
