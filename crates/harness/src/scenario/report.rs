@@ -19,8 +19,11 @@ use synod_core::NodeId;
 
 /// What one variant's run produced, for the combined outputs.
 pub(super) struct RunOutcome {
+    /// The variant's label.
     pub label: String,
+    /// Its tumbling windows (empty for a sweep).
     pub windows: Vec<WindowRow>,
+    /// Its part of the combined summary.
     pub summary: String,
 }
 
@@ -28,9 +31,13 @@ pub(super) struct RunOutcome {
 pub(super) struct Measured {
     /// Title of the run's plots.
     pub title: String,
+    /// The cluster as a bench target.
     pub target: TargetSpec,
+    /// The workload as run.
     pub spec: WorkloadSpec,
+    /// The driver settings of the measured run.
     pub cfg: RunConfig,
+    /// The measured run: recorder, summary, elapsed time.
     pub result: RunResult,
     /// The schedule's steps as they happened.
     pub events: Vec<Event>,
@@ -42,8 +49,9 @@ pub(super) struct Measured {
     pub calibrated: Option<f64>,
     /// The initial open-loop rate (None: closed loop).
     pub initial: Option<f64>,
-    /// Each replica's `/status` before and after measurement.
+    /// Each replica's `/status` before measurement.
     pub before: Vec<(NodeId, Value)>,
+    /// Each replica's `/status` after measurement.
     pub after: Vec<(NodeId, Value)>,
 }
 

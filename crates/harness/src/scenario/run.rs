@@ -139,199 +139,6 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
     result
 }
 
-/// Shared by the steps of one run while it goes on.
-struct FireCtx {
-    cluster_file: PathBuf,
-    rate: Option<RateControl>,
-    calibrated: Option<f64>,
-    /// Node each CPU ramp resolved at its first step.
-    ramps: Mutex<HashMap<usize, NodeId>>,
-    /// (s since the start of measurement, offered ops/s) from the start on.
-    rate_log: Mutex<Vec<(f64, f64)>>,
-}
-
-/// `leader` resolved now, retrying while an election is under way (as `synod fault` does).
-fn leader_now(c: &ClusterFile) -> Result<NodeId, String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match crate::nemesis::find_leader(c) {
-            Ok(id) => return Ok(id),
-            Err(e) if Instant::now() >= deadline => return Err(format!("cannot resolve `leader`: {e}")),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
-/// Carry out one step (blocking: faults talk HTTP and wait for elections).
-fn fire(kind: &StepKind, t_s: f64, ctx: &FireCtx) -> Result<Vec<String>, String> {
-    let file = &ctx.cluster_file;
-    let exec = |a: &Action| crate::nemesis::execute(file, a).map_err(|e| e.to_string());
-    match kind {
-        StepKind::Fault(a) => exec(a),
-        StepKind::Faults(actions) => {
-            let mut lines = Vec::new();
-            for a in actions {
-                lines.extend(exec(a).map_err(|e| format!("{} (after: {})", e, lines.join(" | ")))?);
-            }
-            Ok(lines)
-        }
-        StepKind::Rate(r) => {
-            let control = ctx.rate.as_ref().ok_or("the run is closed loop")?;
-            let ops = r.ops(ctx.calibrated)?;
-            control.set(ops)?;
-            ctx.rate_log.lock().expect("rate log").push((t_s, ops));
-            Ok(vec![match (r, ctx.calibrated) {
-                (RateSpec::Percent(p), Some(m)) => {
-                    format!("offered rate {ops:.0} ops/s ({p}% of the calibrated {m:.0} ops/s)")
-                }
-                _ => format!("offered rate {ops:.0} ops/s"),
-            }])
-        }
-        StepKind::Ramp { ramp, node, pct, first } => {
-            let id = if *first {
-                let id = match node {
-                    NodeSel::Id(id) => *id,
-                    NodeSel::Leader => leader_now(&ClusterFile::load(file)?.1)?,
-                };
-                ctx.ramps.lock().expect("ramps").insert(*ramp, id);
-                id
-            } else {
-                *ctx.ramps
-                    .lock()
-                    .expect("ramps")
-                    .get(ramp)
-                    .ok_or("the ramp's node could not be resolved at its first step")?
-            };
-            let mut lines = exec(&Action::Cpu { node: NodeSel::Id(id), quota: Quota::Percent(*pct) })?;
-            if *first && *node == NodeSel::Leader {
-                lines.insert(0, format!("ramp on node {id} (the leader at the ramp's start)"));
-            }
-            Ok(lines)
-        }
-        StepKind::Isolate(who) => {
-            let (_, c) = ClusterFile::load(file)?;
-            let running: Vec<NodeId> = c.nodes.iter().filter(|n| n.state == NodeState::Running).map(|n| n.id).collect();
-            let (id, why) = match who {
-                Who::Id(id) => (*id, String::new()),
-                Who::Leader => (leader_now(&c)?, " (the leader)".to_string()),
-                Who::Follower => {
-                    let l = leader_now(&c)?;
-                    let after = running
-                        .iter()
-                        .copied()
-                        .filter(|&n| n > l)
-                        .chain(running.iter().copied().filter(|&n| n < l))
-                        .next();
-                    (after.ok_or("no running follower to isolate")?, format!(" (a follower; leader {l})"))
-                }
-            };
-            let others: Vec<String> = c.ids().into_iter().filter(|&n| n != id).map(|n| format!("{id}-{n}")).collect();
-            let links: LinkSet = others.join(",").parse()?;
-            let mut lines = exec(&Action::Partition { shape: None, links: Some(links), roles: vec![] })?;
-            lines.insert(0, format!("isolating node {id}{why}"));
-            Ok(lines)
-        }
-    }
-}
-
-/// Read every running replica's RSS and `/metrics` every `every` from the start of
-/// measurement until `done`; pids come from `cluster.toml`, re-read at each sample so that
-/// restarted and added replicas are followed.
-fn sample_resources(
-    cluster_file: PathBuf,
-    slot: Arc<OnceLock<Instant>>,
-    every: Duration,
-    done: Arc<AtomicBool>,
-    out: Arc<Mutex<Vec<ResourceSample>>>,
-) {
-    let start = loop {
-        if let Some(t) = slot.get() {
-            break *t;
-        }
-        if done.load(Ordering::SeqCst) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let mut k: u32 = 0;
-    while !done.load(Ordering::SeqCst) {
-        let due = start + every * k;
-        let now = Instant::now();
-        if now < due {
-            std::thread::sleep((due - now).min(Duration::from_millis(50)));
-            continue;
-        }
-        // Skip ticks missed while the machine was busy rather than sampling in a burst.
-        k = ((now - start).as_secs_f64() / every.as_secs_f64()).floor() as u32 + 1;
-        let Ok((_, c)) = ClusterFile::load(&cluster_file) else { continue };
-        for n in c.nodes.iter().filter(|n| n.state == NodeState::Running) {
-            let Some(pid) = n.pid else { continue };
-            let Ok(kib) = resources::rss_kib(pid) else { continue };
-            let t_s = start.elapsed().as_secs_f64();
-            let sample = ResourceSample {
-                t_s,
-                node: n.id,
-                pid,
-                rss_mb: kib as f64 / 1024.0,
-                log_entries: None,
-                snapshots: None,
-                snapshot_bytes: None,
-                state_machine_bytes: None,
-                leader: None,
-            };
-            // A paused replica accepts the connection and never answers: a short timeout.
-            let sample = match crate::http::get(n.admin_addr, "/metrics", Duration::from_millis(300)) {
-                Ok((200, body)) => sample.with_metrics(&body),
-                _ => sample,
-            };
-            out.lock().expect("samples lock").push(sample);
-        }
-    }
-}
-
-/// Each replica's `/status` (protocol, role, counters) right now, for the summary.
-fn statuses(cluster_file: &Path) -> Vec<(NodeId, serde_json::Value)> {
-    let Ok((_, c)) = ClusterFile::load(cluster_file) else { return Vec::new() };
-    c.nodes
-        .iter()
-        .filter(|n| n.state == NodeState::Running)
-        .filter_map(|n| match crate::http::get(n.admin_addr, "/status", Duration::from_secs(1)) {
-            Ok((200, body)) => serde_json::from_str(&body).ok().map(|v| (n.id, v)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Closed-loop calibration: the throughput this cluster sustains with `clients` clients.
-async fn calibrate(
-    s: &Scenario,
-    target: &TargetSpec,
-    spec: &synod_bench::workload::WorkloadSpec,
-    length: Duration,
-    stop: &Stop,
-) -> anyhow::Result<driver::RunResult> {
-    let mut cfg = s.bench.run_config(s.load.calibrate_clients, None)?;
-    cfg.mode = LoadMode::Closed { think: s.bench.think_time };
-    cfg.bound = RunBound::Duration(length);
-    if s.bench.progress || std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        cfg.progress = Some(format!("{} calibrating", s.name));
-    }
-    let mut cal_spec = spec.clone();
-    cal_spec.seed = spec.seed.wrapping_add(0xCA1);
-    let (t, key_size) = (target.clone(), spec.key_size);
-    driver::run(
-        move |i| {
-            let t = t.clone();
-            async move { t.connect(i, key_size).await }
-        },
-        Workload::new(cal_spec)?,
-        &cfg,
-        stop.clone(),
-    )
-    .await
-    .context("calibration run")
-}
-
 /// Load the records, calibrate, run the workload and fire the schedule; returns what was
 /// measured (the caller writes the files).
 async fn measure(
@@ -513,4 +320,197 @@ async fn measure(
     let samples = std::mem::take(&mut *samples.lock().expect("samples lock"));
     let rate_log = ctx.rate_log.lock().expect("rate log").clone();
     Ok(Measured { title, target, spec, cfg, result, events, samples, rate_log, calibrated, initial, before, after })
+}
+
+/// Closed-loop calibration: the throughput this cluster sustains with `clients` clients.
+async fn calibrate(
+    s: &Scenario,
+    target: &TargetSpec,
+    spec: &synod_bench::workload::WorkloadSpec,
+    length: Duration,
+    stop: &Stop,
+) -> anyhow::Result<driver::RunResult> {
+    let mut cfg = s.bench.run_config(s.load.calibrate_clients, None)?;
+    cfg.mode = LoadMode::Closed { think: s.bench.think_time };
+    cfg.bound = RunBound::Duration(length);
+    if s.bench.progress || std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        cfg.progress = Some(format!("{} calibrating", s.name));
+    }
+    let mut cal_spec = spec.clone();
+    cal_spec.seed = spec.seed.wrapping_add(0xCA1);
+    let (t, key_size) = (target.clone(), spec.key_size);
+    driver::run(
+        move |i| {
+            let t = t.clone();
+            async move { t.connect(i, key_size).await }
+        },
+        Workload::new(cal_spec)?,
+        &cfg,
+        stop.clone(),
+    )
+    .await
+    .context("calibration run")
+}
+
+/// Shared by the steps of one run while it goes on.
+struct FireCtx {
+    cluster_file: PathBuf,
+    rate: Option<RateControl>,
+    calibrated: Option<f64>,
+    /// Node each CPU ramp resolved at its first step.
+    ramps: Mutex<HashMap<usize, NodeId>>,
+    /// (s since the start of measurement, offered ops/s) from the start on.
+    rate_log: Mutex<Vec<(f64, f64)>>,
+}
+
+/// `leader` resolved now, retrying while an election is under way (as `synod fault` does).
+fn leader_now(c: &ClusterFile) -> Result<NodeId, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match crate::nemesis::find_leader(c) {
+            Ok(id) => return Ok(id),
+            Err(e) if Instant::now() >= deadline => return Err(format!("cannot resolve `leader`: {e}")),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Carry out one step (blocking: faults talk HTTP and wait for elections).
+fn fire(kind: &StepKind, t_s: f64, ctx: &FireCtx) -> Result<Vec<String>, String> {
+    let file = &ctx.cluster_file;
+    let exec = |a: &Action| crate::nemesis::execute(file, a).map_err(|e| e.to_string());
+    match kind {
+        StepKind::Fault(a) => exec(a),
+        StepKind::Faults(actions) => {
+            let mut lines = Vec::new();
+            for a in actions {
+                lines.extend(exec(a).map_err(|e| format!("{} (after: {})", e, lines.join(" | ")))?);
+            }
+            Ok(lines)
+        }
+        StepKind::Rate(r) => {
+            let control = ctx.rate.as_ref().ok_or("the run is closed loop")?;
+            let ops = r.ops(ctx.calibrated)?;
+            control.set(ops)?;
+            ctx.rate_log.lock().expect("rate log").push((t_s, ops));
+            Ok(vec![match (r, ctx.calibrated) {
+                (RateSpec::Percent(p), Some(m)) => {
+                    format!("offered rate {ops:.0} ops/s ({p}% of the calibrated {m:.0} ops/s)")
+                }
+                _ => format!("offered rate {ops:.0} ops/s"),
+            }])
+        }
+        StepKind::Ramp { ramp, node, pct, first } => {
+            let id = if *first {
+                let id = match node {
+                    NodeSel::Id(id) => *id,
+                    NodeSel::Leader => leader_now(&ClusterFile::load(file)?.1)?,
+                };
+                ctx.ramps.lock().expect("ramps").insert(*ramp, id);
+                id
+            } else {
+                *ctx.ramps
+                    .lock()
+                    .expect("ramps")
+                    .get(ramp)
+                    .ok_or("the ramp's node could not be resolved at its first step")?
+            };
+            let mut lines = exec(&Action::Cpu { node: NodeSel::Id(id), quota: Quota::Percent(*pct) })?;
+            if *first && *node == NodeSel::Leader {
+                lines.insert(0, format!("ramp on node {id} (the leader at the ramp's start)"));
+            }
+            Ok(lines)
+        }
+        StepKind::Isolate(who) => {
+            let (_, c) = ClusterFile::load(file)?;
+            let running: Vec<NodeId> = c.nodes.iter().filter(|n| n.state == NodeState::Running).map(|n| n.id).collect();
+            let (id, why) = match who {
+                Who::Id(id) => (*id, String::new()),
+                Who::Leader => (leader_now(&c)?, " (the leader)".to_string()),
+                Who::Follower => {
+                    let l = leader_now(&c)?;
+                    let after = running
+                        .iter()
+                        .copied()
+                        .filter(|&n| n > l)
+                        .chain(running.iter().copied().filter(|&n| n < l))
+                        .next();
+                    (after.ok_or("no running follower to isolate")?, format!(" (a follower; leader {l})"))
+                }
+            };
+            let others: Vec<String> = c.ids().into_iter().filter(|&n| n != id).map(|n| format!("{id}-{n}")).collect();
+            let links: LinkSet = others.join(",").parse()?;
+            let mut lines = exec(&Action::Partition { shape: None, links: Some(links), roles: vec![] })?;
+            lines.insert(0, format!("isolating node {id}{why}"));
+            Ok(lines)
+        }
+    }
+}
+
+/// Read every running replica's RSS and `/metrics` every `every` from the start of
+/// measurement until `done`; pids come from `cluster.toml`, re-read at each sample so that
+/// restarted and added replicas are followed.
+fn sample_resources(
+    cluster_file: PathBuf,
+    slot: Arc<OnceLock<Instant>>,
+    every: Duration,
+    done: Arc<AtomicBool>,
+    out: Arc<Mutex<Vec<ResourceSample>>>,
+) {
+    let start = loop {
+        if let Some(t) = slot.get() {
+            break *t;
+        }
+        if done.load(Ordering::SeqCst) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut k: u32 = 0;
+    while !done.load(Ordering::SeqCst) {
+        let due = start + every * k;
+        let now = Instant::now();
+        if now < due {
+            std::thread::sleep((due - now).min(Duration::from_millis(50)));
+            continue;
+        }
+        // Skip ticks missed while the machine was busy rather than sampling in a burst.
+        k = ((now - start).as_secs_f64() / every.as_secs_f64()).floor() as u32 + 1;
+        let Ok((_, c)) = ClusterFile::load(&cluster_file) else { continue };
+        for n in c.nodes.iter().filter(|n| n.state == NodeState::Running) {
+            let Some(pid) = n.pid else { continue };
+            let Ok(kib) = resources::rss_kib(pid) else { continue };
+            let t_s = start.elapsed().as_secs_f64();
+            let sample = ResourceSample {
+                t_s,
+                node: n.id,
+                pid,
+                rss_mb: kib as f64 / 1024.0,
+                log_entries: None,
+                snapshots: None,
+                snapshot_bytes: None,
+                state_machine_bytes: None,
+                leader: None,
+            };
+            // A paused replica accepts the connection and never answers: a short timeout.
+            let sample = match crate::http::get(n.admin_addr, "/metrics", Duration::from_millis(300)) {
+                Ok((200, body)) => sample.with_metrics(&body),
+                _ => sample,
+            };
+            out.lock().expect("samples lock").push(sample);
+        }
+    }
+}
+
+/// Each replica's `/status` (protocol, role, counters) right now, for the summary.
+fn statuses(cluster_file: &Path) -> Vec<(NodeId, serde_json::Value)> {
+    let Ok((_, c)) = ClusterFile::load(cluster_file) else { return Vec::new() };
+    c.nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Running)
+        .filter_map(|n| match crate::http::get(n.admin_addr, "/status", Duration::from_secs(1)) {
+            Ok((200, body)) => serde_json::from_str(&body).ok().map(|v| (n.id, v)),
+            _ => None,
+        })
+        .collect()
 }
