@@ -28,7 +28,7 @@
 //!
 //! **Variants.** Each entry of `protocols` is `[LABEL:]PROTOCOL[KEY=VALUE,...]`: a
 //! registered protocol with its own parameters applied on top of `[cluster.params]` through
-//! [`ProtocolParams::set`] (fields such as `snapshot_every=0`, anything else a protocol
+//! [`ProtocolParams::set`](synod_core::ProtocolParams::set) (fields such as `snapshot_every=0`, anything else a protocol
 //! option such as `trim=quorum`), checked by building the protocol once, so a misspelled
 //! option fails at parse time. The label (default: the text as written) names the variant in
 //! plots, `normalized.csv` and summaries; its folder is the label with `+` spelled `-plus`
