@@ -1,5 +1,6 @@
-//! A real three-replica cluster, started, hurt and stopped through the library alone: the
-//! supervisor ([`Cluster`]), `cluster.toml` ([`ClusterFile`]) and the nemesis ([`execute`]).
+//! Real clusters through the library alone: a three-replica cluster started, hurt and stopped
+//! with the supervisor ([`Cluster`]), `cluster.toml` ([`ClusterFile`]) and the nemesis
+//! ([`execute`]); and the shipped smoke scenario run with [`run_scenario`].
 //!
 //! This test binary is its own replica executable (`harness = false`, so it has its own
 //! `main`): [`Cluster`] starts `<exe> server --config nodeN.toml [--join]` with the running
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use synod_core::{NodeId, ProtocolParams};
 use synod_harness::cluster::{Cluster, ClusterFile, NodeState, Ports, Spec, POLL};
 use synod_harness::nemesis::{execute, find_leader, process_alive, Action, NodeOrAll};
+use synod_harness::scenario::{run_scenario, Scenario};
 use synod_runtime::NodeConfig;
 use synod_wal::FsyncMode;
 
@@ -24,13 +26,22 @@ fn main() {
     if args.first().map(String::as_str) == Some("server") {
         std::process::exit(serve(&args[1..]));
     }
+    let tests: [(&str, fn()); 2] = [
+        (
+            "a_killed_leader_is_replaced_and_restarted_through_the_nemesis",
+            a_killed_leader_is_replaced_and_restarted_through_the_nemesis,
+        ),
+        ("the_smoke_scenario_runs_through_the_library", the_smoke_scenario_runs_through_the_library),
+    ];
+    // Like libtest: arguments that are not options filter the tests by name.
     let filter: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let name = "a_killed_leader_is_replaced_and_restarted_through_the_nemesis";
-    if filter.iter().all(|f| name.contains(f.as_str())) {
-        a_killed_leader_is_replaced_and_restarted_through_the_nemesis();
-        println!("test {name} ... ok");
-    } else {
-        println!("test {name} ... filtered out");
+    for (name, test) in tests {
+        if filter.iter().all(|f| name.contains(f.as_str())) {
+            test();
+            println!("test {name} ... ok");
+        } else {
+            println!("test {name} ... filtered out");
+        }
     }
 }
 
@@ -185,4 +196,29 @@ fn a_killed_leader_is_replaced_and_restarted_through_the_nemesis() {
     assert!(end.nodes.iter().all(|n| n.state == NodeState::Exited && n.pid.is_none()), "{end:?}");
     let last_pids: Vec<u32> = now.nodes.iter().filter_map(|n| n.pid).collect();
     assert!(last_pids.iter().chain(&first_pids).all(|&p| !process_alive(p)), "a replica outlived the cluster");
+}
+
+/// scenarios/smoke.toml (3 x MultiPaxos, kill the leader at 3 s, restart it at 5 s of 8 s):
+/// both faults applied, the outputs written.
+fn the_smoke_scenario_runs_through_the_library() {
+    let out = tempfile::tempdir().unwrap();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/smoke.toml");
+    let mut s = Scenario::load(&file, 1.0).unwrap_or_else(|e| panic!("{e:#}"));
+    s.out = out.path().to_path_buf();
+    assert_eq!(s.server_exe, None, "the replicas are this binary");
+    run_scenario(&s).unwrap_or_else(|e| panic!("{e:#}"));
+
+    for f in ["summary.txt", "events.json", "windows.csv", "normalized.csv", "memory.csv", "logs/supervisor.log"] {
+        assert!(out.path().join(f).is_file(), "{f} missing");
+    }
+    let events: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("events.json")).unwrap()).unwrap();
+    let events = events.as_array().unwrap();
+    let actions: Vec<&str> = events.iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["kill leader", "restart all"], "{events:?}");
+    assert!(events.iter().all(|e| e["ok"] == true), "{events:?}");
+    let summary = std::fs::read_to_string(out.path().join("summary.txt")).unwrap();
+    assert!(summary.starts_with("scenario smoke: "), "{summary}");
+    assert!(summary.contains("baseline before the first fault"), "{summary}");
+    assert!(summary.contains(" s kill leader: lowest interval"), "{summary}");
 }
