@@ -8,11 +8,9 @@
 //! replica with `synod_runtime`, as `synod server` does. No synod binary needs to be built.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use synod_core::{NodeId, ProtocolParams};
-use synod_harness::cluster::{Cluster, ClusterFile, NodeState, Ports, Spec, POLL};
+use synod_harness::cluster::{Cluster, ClusterFile, NodeState, Ports, Spec};
 use synod_harness::nemesis::{execute, find_leader, process_alive, Action, NodeOrAll};
 use synod_harness::scenario::{run_scenario, Scenario};
 use synod_runtime::NodeConfig;
@@ -122,7 +120,7 @@ fn a_killed_leader_is_replaced_and_restarted_through_the_nemesis() {
         },
         server_exe: None,
     };
-    let mut cluster = Cluster::start(&spec).unwrap_or_else(|e| panic!("starting the cluster: {e}"));
+    let cluster = Cluster::start(&spec).unwrap_or_else(|e| panic!("starting the cluster: {e}"));
     let file = cluster.file_path.clone();
     assert_eq!(cluster.client_endpoints().len(), 3);
 
@@ -135,18 +133,7 @@ fn a_killed_leader_is_replaced_and_restarted_through_the_nemesis() {
 
     // Supervise on a thread, as a scenario run does: exits are reaped and restart requests
     // served while the nemesis works on cluster.toml from here.
-    let done = Arc::new(AtomicBool::new(false));
-    let events = Arc::new(Mutex::new(Vec::<String>::new()));
-    let supervisor = {
-        let (done, events) = (done.clone(), events.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::SeqCst) {
-                events.lock().unwrap().extend(cluster.poll());
-                std::thread::sleep(POLL);
-            }
-            cluster.stop();
-        })
-    };
+    let supervisor = cluster.supervise_in_background();
 
     let leader: NodeId = wait_for("a leader", || find_leader(&c).ok());
     let out = execute(&file, &Action::parse_words("kill leader").unwrap()).unwrap_or_else(|e| panic!("kill: {e}"));
@@ -164,7 +151,7 @@ fn a_killed_leader_is_replaced_and_restarted_through_the_nemesis() {
         let n = now.node(killed).ok()?;
         (n.state == NodeState::Exited && n.pid.is_none()).then_some(())
     });
-    assert!(events.lock().unwrap().iter().any(|e| e.starts_with(&format!("node {killed} (pid "))));
+    assert!(supervisor.events().iter().any(|e| e.starts_with(&format!("node {killed} (pid "))));
     // (Right after the kill the survivors still name the old leader, until they time it out.)
     let new_leader = wait_for("a new leader", || {
         let (_, now) = ClusterFile::load(&file).ok()?;
@@ -190,8 +177,8 @@ fn a_killed_leader_is_replaced_and_restarted_through_the_nemesis() {
     assert!(shown[1..].iter().all(|l| l.contains(": pid ")), "{shown:?}");
 
     // Stopping the supervisor stops every replica and says so in cluster.toml.
-    done.store(true, Ordering::SeqCst);
-    supervisor.join().unwrap();
+    let events = supervisor.stop();
+    assert!(events.iter().any(|e| e.starts_with(&format!("node {killed} restarted (pid "))), "{events:?}");
     let (_, end) = ClusterFile::load(&file).unwrap();
     assert!(end.nodes.iter().all(|n| n.state == NodeState::Exited && n.pid.is_none()), "{end:?}");
     let last_pids: Vec<u32> = now.nodes.iter().filter_map(|n| n.pid).collect();

@@ -5,8 +5,10 @@
 //! The children are the synod executable run as `synod server --config nodeN.toml` (by
 //! default the running executable, see [`Spec::server_exe`]), so a local cluster exercises
 //! exactly what a real deployment runs. [`Cluster::start`] writes the configs
-//! (`config` module) and starts the replicas; [`Cluster::poll`] is one supervision step;
-//! [`Cluster::stop`] (or dropping the [`Cluster`]) stops them.
+//! (`config` module) and starts the replicas; [`Cluster::poll`] is one supervision step,
+//! run in a loop by [`Cluster::supervise_until`] (`synod local`) or on a thread of its own by
+//! [`Cluster::supervise_in_background`] (scenarios); [`Cluster::stop`] (or dropping the
+//! [`Cluster`]) stops the replicas.
 //!
 //! **Who restarts a killed replica.** The process that spawned the replicas (the
 //! *supervisor*: `synod local`, or the scenario runner) stays their parent for their whole
@@ -26,6 +28,8 @@ pub use file::{ClusterFile, NodeEntry, NodeState, CLUSTER_FILE};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use synod_core::{NodeId, ProtocolParams};
 use synod_runtime::{Member, NodeConfig};
@@ -457,6 +461,66 @@ impl Cluster {
                 eprintln!("{event}");
             }
         }
+    }
+}
+
+/// A cluster supervised on a thread of its own ([`Cluster::supervise_in_background`]):
+/// replicas that exit are reaped and restart, join and retire requests served while the
+/// caller does something else (drives a workload, applies faults). [`Supervisor::stop`]
+/// (or dropping it) stops the replicas.
+pub struct Supervisor {
+    done: Arc<AtomicBool>,
+    events: Arc<Mutex<Vec<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Hand the cluster to a supervision thread: every [`POLL`] one [`Cluster::poll`] step,
+    /// whose events go to stderr and are kept (see [`Supervisor::events`]).
+    pub fn supervise_in_background(self) -> Supervisor {
+        let done = Arc::new(AtomicBool::new(false));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (done, log) = (done.clone(), events.clone());
+            let mut cluster = self;
+            std::thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    for e in cluster.poll() {
+                        eprintln!("{e}");
+                        log.lock().expect("log lock").push(e);
+                    }
+                    std::thread::sleep(POLL);
+                }
+                cluster.stop();
+            })
+        };
+        Supervisor { done, events, thread: Some(thread) }
+    }
+}
+
+impl Supervisor {
+    /// The supervision events so far (exits, restarts, ...), one line each.
+    pub fn events(&self) -> Vec<String> {
+        self.events.lock().expect("log lock").clone()
+    }
+
+    /// Stop supervising and stop every replica; returns all the events.
+    pub fn stop(mut self) -> Vec<String> {
+        self.finish();
+        std::mem::take(&mut *self.events.lock().expect("log lock"))
+    }
+
+    fn finish(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 

@@ -6,7 +6,7 @@
 use super::analysis::Event;
 use super::report::{self, Measured, RunOutcome};
 use super::spec::{RateSpec, Scenario, StepKind, Variant, Who};
-use crate::cluster::{Cluster, ClusterFile, NodeState, Ports, Spec, StartError, POLL};
+use crate::cluster::{Cluster, ClusterFile, NodeState, Ports, Spec, StartError};
 use crate::nemesis::{Action, LinkSet, NodeSel, Quota};
 use anyhow::{bail, Context as _};
 use std::collections::HashMap;
@@ -85,22 +85,7 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
     }
 
     // Supervise on a thread of its own: restarts and exits are served while the load runs.
-    let supervisor_log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let done = Arc::new(AtomicBool::new(false));
-    let supervisor = {
-        let (done, log) = (done.clone(), supervisor_log.clone());
-        let mut cluster = cluster;
-        std::thread::spawn(move || {
-            while !done.load(Ordering::SeqCst) {
-                for e in cluster.poll() {
-                    eprintln!("{e}");
-                    log.lock().expect("log lock").push(e);
-                }
-                std::thread::sleep(POLL);
-            }
-            cluster.stop();
-        })
-    };
+    let supervisor = cluster.supervise_in_background();
 
     let result = (|| -> anyhow::Result<RunOutcome> {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -120,8 +105,7 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
         report::write_variant(s, v, dir, measured)
     })();
 
-    done.store(true, Ordering::SeqCst);
-    let _ = supervisor.join();
+    let supervisor_log = supervisor.stop().join("\n");
     // Keep the replica logs with the results; the data directory (WALs) goes.
     let logs = dir.join("logs");
     let _ = std::fs::create_dir_all(&logs);
@@ -133,7 +117,6 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
             }
         }
     }
-    let supervisor_log = supervisor_log.lock().expect("log lock").join("\n");
     let _ = std::fs::write(logs.join("supervisor.log"), supervisor_log);
     let _ = std::fs::remove_dir_all(&cluster_dir);
     result
