@@ -57,15 +57,18 @@
 //! snapshot gauges.
 //!
 //! Modules, in the order a run uses them: `spec` parses and checks a file into a
-//! [`Scenario`] (nothing runs); `run` ([`run_scenario`]) starts the cluster, drives the
-//! workload and fires the schedule; `analysis` holds the pure computations on what was
-//! measured (windows, dips, leader changes); `report` writes the files and the summaries.
+//! [`Scenario`] (nothing runs), its protocols through `variant` ([`Variant`]); `run`
+//! ([`run_scenario`]) starts the cluster, drives the workload and fires the schedule;
+//! `analysis` holds the pure computations on what was measured (windows, dips, leader
+//! changes); `report` writes the files and the summaries.
 
 mod analysis;
 mod report;
 mod run;
 mod spec;
+mod variant;
 
 pub use analysis::{analyze, leader_changes, offered, params_changed, windows, Event, WindowRow};
 pub use run::run_scenario;
-pub use spec::{split_variants, Load, RateSpec, Scenario, Step, StepKind, Variant, Who};
+pub use spec::{Load, RateSpec, Scenario, Step, StepKind, Who};
+pub use variant::{split_variants, Variant};

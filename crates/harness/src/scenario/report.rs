@@ -4,7 +4,8 @@
 //! `windows.png` and the combined `summary.txt`.
 
 use super::analysis::{analyze, detector_counters, leader_changes, offered, params_changed, windows, Event, WindowRow};
-use super::spec::{Scenario, Variant};
+use super::spec::Scenario;
+use super::variant::Variant;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;

@@ -5,7 +5,8 @@
 
 use super::analysis::Event;
 use super::report::{self, Measured, RunOutcome};
-use super::spec::{RateSpec, Scenario, StepKind, Variant, Who};
+use super::spec::{RateSpec, Scenario, StepKind, Who};
+use super::variant::Variant;
 use crate::cluster::{Cluster, ClusterFile, NodeState, Ports, Spec, StartError};
 use crate::nemesis::{Action, LinkSet, NodeSel, Quota};
 use anyhow::{bail, Context as _};
