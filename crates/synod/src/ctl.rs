@@ -180,7 +180,7 @@ async fn run(args: Args) -> ExitCode {
 }
 
 fn member(cluster: &std::path::Path, op: &MemberOp) -> ExitCode {
-    let c = match crate::cluster::ClusterFile::load(cluster) {
+    let c = match synod_harness::cluster::ClusterFile::load(cluster) {
         Ok((_, c)) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -188,16 +188,18 @@ fn member(cluster: &std::path::Path, op: &MemberOp) -> ExitCode {
         }
     };
     let result = match op {
-        MemberOp::Add { id, peer_addr } => crate::fault::change_membership(
+        MemberOp::Add { id, peer_addr } => synod_harness::nemesis::change_membership(
             &c,
             &serde_json::json!({ "id": id, "peer_addr": peer_addr.to_string() }),
             "add",
         ),
-        MemberOp::Remove { id } => crate::fault::change_membership(&c, &serde_json::json!({ "id": id }), "remove"),
-        MemberOp::List => crate::fault::find_leader(&c)
+        MemberOp::Remove { id } => {
+            synod_harness::nemesis::change_membership(&c, &serde_json::json!({ "id": id }), "remove")
+        }
+        MemberOp::List => synod_harness::nemesis::find_leader(&c)
             .and_then(|l| c.node(l).cloned())
             .and_then(|n| {
-                crate::http::get(n.admin_addr, "/members", Duration::from_secs(2))
+                synod_harness::http::get(n.admin_addr, "/members", Duration::from_secs(2))
                     .map_err(|e| format!("node {}: {e}", n.id))
             })
             .map(|(_, body)| body),

@@ -3,15 +3,15 @@
 //! Port layout for base port B and node i (1-based): peers on B+i, clients on B+100+i, admin
 //! HTTP on B+200+i, Redis protocol (RESP) on B+300+i — with the default B = 7100 the client
 //! endpoints are 127.0.0.1:7201.. (the `synod ctl` default) and `redis-cli -p 7401` talks to
-//! node 1. The process machinery and `cluster.toml` live in [`crate::cluster`];
+//! node 1. The process machinery and `cluster.toml` live in [`synod_harness::cluster`];
 //! this process is the cluster's supervisor: it keeps running when a replica dies (a
 //! `synod fault kill`), and restarts replicas that `synod fault restart` asks for.
 
-use crate::cluster::{Cluster, Ports, Spec, StartError, POLL};
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use synod_core::ProtocolParams;
+use synod_harness::cluster::{Cluster, Ports, Spec, StartError};
 use synod_wal::FsyncMode;
 
 #[derive(Parser, Debug)]
@@ -64,6 +64,7 @@ pub fn main(args: Args) -> ExitCode {
         ports: Ports::Base(args.base_port),
         log_level: args.log_level.clone(),
         params,
+        server_exe: None,
     };
     let mut cluster = match Cluster::start(&spec) {
         Ok(c) => c,
@@ -86,18 +87,12 @@ pub fn main(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(supervise(&mut cluster));
+    // Reports replicas that die and serves restart requests until a signal; keeps running
+    // with every replica down too: `synod fault restart` can bring them back.
+    let signal = runtime.block_on(cluster.supervise_until(crate::signal::shutdown()));
     cluster.stop();
-    match outcome {
-        Ok(signal) => {
-            println!("{signal} received: all replicas stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    println!("{signal} received: all replicas stopped");
+    ExitCode::SUCCESS
 }
 
 fn print_table(args: &Args, cluster: &Cluster) {
@@ -134,22 +129,5 @@ fn print_resp_hint<'a>(members: impl Iterator<Item = &'a synod_runtime::Member>)
     let ports: Vec<String> = members.filter_map(|m| m.resp_addr).map(|a| a.port().to_string()).collect();
     if let Some(first) = ports.first() {
         println!("      redis-cli -p {first} set hello world   (Redis protocol on ports {})", ports.join(","));
-    }
-}
-
-/// Run until a signal, reporting replicas that die and serving restart requests. Keeps
-/// running with every replica down too: `synod fault restart` can bring them back.
-async fn supervise(cluster: &mut Cluster) -> Result<&'static str, String> {
-    let signal = crate::signal::shutdown();
-    tokio::pin!(signal);
-    let mut tick = tokio::time::interval(POLL);
-    loop {
-        tokio::select! {
-            s = &mut signal => return Ok(s),
-            _ = tick.tick() => {}
-        }
-        for event in cluster.poll() {
-            eprintln!("{event}");
-        }
     }
 }

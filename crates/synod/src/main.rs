@@ -1,11 +1,11 @@
-//! The `synod` command: a thin dispatcher, one module per subcommand.
+//! The `synod` command: a thin dispatcher, one module per subcommand. The harness behind
+//! `local`, `fault` and `scenario` (cluster supervision, the nemesis, scenarios) is the
+//! `synod-harness` library; those modules only parse arguments and call into it.
 //!
 //! Exit codes: 0 success, 1 runtime failure (or a failed `ctl cas`), 2 bad usage or config.
 
-mod cluster;
 mod ctl;
 mod fault;
-mod http;
 mod local;
 mod scenario;
 mod server;

@@ -1,8 +1,14 @@
-//! A cluster of replica processes on this machine, shared by `synod local` and
-//! `synod scenario run`, and its description file `cluster.toml`.
+//! Cluster supervision: a cluster of replica processes on this machine, shared by
+//! `synod local` and `synod scenario run`, and its description file `cluster.toml`
+//! ([`ClusterFile`]).
 //!
-//! The children are this very executable run as `synod server --config nodeN.toml`, so a
-//! local cluster exercises exactly what a real deployment runs.
+//! The children are the synod executable run as `synod server --config nodeN.toml` (by
+//! default the running executable, see [`Spec::server_exe`]), so a local cluster exercises
+//! exactly what a real deployment runs. [`Cluster::start`] writes the configs
+//! (`config` module) and starts the replicas; [`Cluster::poll`] is one supervision step,
+//! run in a loop by [`Cluster::supervise_until`] (`synod local`) or on a thread of its own by
+//! [`Cluster::supervise_in_background`] (scenarios); [`Cluster::stop`] (or dropping the
+//! [`Cluster`]) stops the replicas.
 //!
 //! **Who restarts a killed replica.** The process that spawned the replicas (the
 //! *supervisor*: `synod local`, or the scenario runner) stays their parent for their whole
@@ -15,11 +21,16 @@
 //! supervisor the only parent means a restarted replica is stopped with the cluster, dies with
 //! it (PR_SET_PDEATHSIG), and never outlives a test as an orphan.
 
-use serde::{Deserialize, Serialize};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+mod config;
+mod file;
+
+pub use file::{ClusterFile, NodeEntry, NodeState, CLUSTER_FILE};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use synod_core::{NodeId, ProtocolParams};
 use synod_runtime::{Member, NodeConfig};
 use synod_wal::FsyncMode;
@@ -30,8 +41,6 @@ pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the supervisor looks for exited replicas and restart requests.
 pub const POLL: Duration = Duration::from_millis(100);
-/// Name of the description file inside the cluster directory.
-pub const CLUSTER_FILE: &str = "cluster.toml";
 
 /// Where the replicas listen.
 #[derive(Clone, Copy, Debug)]
@@ -45,21 +54,34 @@ pub enum Ports {
 /// What cluster to start.
 #[derive(Clone, Debug)]
 pub struct Spec {
+    /// Number of replicas (ids 1..=nodes).
     pub nodes: u32,
+    /// Registered protocol name (see `synod_protocols::registry`).
     pub protocol: String,
     /// Directory for configs, logs, WALs and `cluster.toml`; None: a fresh temp directory.
     pub data_dir: Option<PathBuf>,
+    /// No write-ahead logs: a restarted replica comes back empty.
     pub in_memory: bool,
+    /// When WAL commits reach the disk.
     pub fsync: FsyncMode,
+    /// Where the replicas listen.
     pub ports: Ports,
+    /// Log filter of the replicas (`info`, `debug`, ...).
     pub log_level: String,
+    /// Protocol parameters, written into every node config.
     pub params: ProtocolParams,
+    /// The synod executable the replicas run as `<exe> server --config nodeN.toml`;
+    /// None: the running executable (`synod local`, `synod scenario run`). A program that
+    /// is not synod itself (a test, another tool) names the synod binary here.
+    pub server_exe: Option<PathBuf>,
 }
 
 /// Why a cluster could not be started: bad settings (exit code 2) or a failure (1).
 #[derive(Debug)]
 pub enum StartError {
+    /// The spec cannot work (no replicas, unknown protocol, ports taken, ...).
     Usage(String),
+    /// A replica could not be started or did not become healthy.
     Failed(String),
 }
 
@@ -68,96 +90,6 @@ impl std::fmt::Display for StartError {
         match self {
             StartError::Usage(m) | StartError::Failed(m) => f.write_str(m),
         }
-    }
-}
-
-/// `cluster.toml`: everything `synod fault` needs to find and hurt the replicas.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterFile {
-    pub protocol: String,
-    /// The cluster directory (holds this file, the configs, logs and `control/`).
-    pub dir: PathBuf,
-    /// The process that spawned the replicas and restarts them on request.
-    pub supervisor_pid: u32,
-    pub in_memory: bool,
-    pub nodes: Vec<NodeEntry>,
-}
-
-/// One replica in `cluster.toml`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NodeEntry {
-    pub id: NodeId,
-    /// Pid of the running process (absent while the node is down).
-    #[serde(default)]
-    pub pid: Option<u32>,
-    pub state: NodeState,
-    pub peer_addr: SocketAddr,
-    pub client_addr: SocketAddr,
-    pub admin_addr: SocketAddr,
-    pub config: PathBuf,
-    pub log: PathBuf,
-    #[serde(default)]
-    pub data_dir: Option<PathBuf>,
-    /// How many times the supervisor has started this node.
-    pub starts: u32,
-}
-
-impl NodeEntry {
-    /// The admin bearer token from this node's config file, if it has one.
-    pub fn admin_token(&self) -> Option<String> {
-        NodeConfig::load(&self.config).ok().and_then(|c| c.admin_token().ok().flatten())
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NodeState {
-    Running,
-    Exited,
-}
-
-impl ClusterFile {
-    /// Load from a `cluster.toml` path or from the cluster directory holding one.
-    pub fn load(path: &Path) -> Result<(PathBuf, ClusterFile), String> {
-        let file = if path.is_dir() { path.join(CLUSTER_FILE) } else { path.to_path_buf() };
-        let text = std::fs::read_to_string(&file).map_err(|e| {
-            format!(
-                "cannot read cluster file {}: {e} (give the file `synod local` printed, or its directory)",
-                file.display()
-            )
-        })?;
-        let c: ClusterFile =
-            toml::from_str(&text).map_err(|e| format!("invalid cluster file {}: {e}", file.display()))?;
-        Ok((file, c))
-    }
-
-    pub fn node(&self, id: NodeId) -> Result<&NodeEntry, String> {
-        self.nodes.iter().find(|n| n.id == id).ok_or_else(|| {
-            let ids: Vec<String> = self.nodes.iter().map(|n| n.id.to_string()).collect();
-            format!("no node {id} in this cluster (nodes: {})", ids.join(", "))
-        })
-    }
-
-    pub fn ids(&self) -> Vec<NodeId> {
-        self.nodes.iter().map(|n| n.id).collect()
-    }
-
-    pub fn control_dir(&self) -> PathBuf {
-        self.dir.join("control")
-    }
-
-    /// Write atomically (temp file + rename), so a reader never sees half a file.
-    fn write(&self, path: &Path) -> Result<(), String> {
-        let text = toml::to_string(self).map_err(|e| format!("cannot render the cluster file: {e}"))?;
-        let text = format!(
-            "# Written by the synod process {} that supervises this cluster; read by `synod fault`.\n{text}",
-            self.supervisor_pid
-        );
-        let tmp = path.with_extension("toml.tmp");
-        std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
 }
 
@@ -174,10 +106,16 @@ struct Node {
 
 /// The supervisor of a running cluster: owns the child processes.
 pub struct Cluster {
+    /// The cluster directory: configs, logs, WALs, `cluster.toml` and `control/`.
     pub dir: PathBuf,
+    /// The `cluster.toml` in [`Cluster::dir`], kept current by [`Cluster::poll`].
     pub file_path: PathBuf,
+    /// The protocol every replica runs.
     pub protocol: String,
+    /// Whether the replicas run without write-ahead logs.
     pub in_memory: bool,
+    /// The executable started for each replica (None: the running one).
+    server_exe: Option<PathBuf>,
     nodes: Vec<Node>,
 }
 
@@ -185,12 +123,13 @@ impl Cluster {
     /// Write the configs, start every replica, wait until all answer `/health`, and write
     /// `cluster.toml`. On failure every started replica is stopped again.
     pub fn start(spec: &Spec) -> Result<Cluster, StartError> {
-        let (dir, configs) = prepare(spec).map_err(StartError::Usage)?;
+        let (dir, configs) = config::prepare(spec).map_err(StartError::Usage)?;
         let mut cluster = Cluster {
             file_path: dir.join(CLUSTER_FILE),
             dir,
             protocol: spec.protocol.clone(),
             in_memory: spec.in_memory,
+            server_exe: spec.server_exe.clone(),
             nodes: configs
                 .into_iter()
                 .map(|(config, config_path)| Node {
@@ -221,10 +160,12 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// The replicas' ids and addresses, in start order.
     pub fn members(&self) -> Vec<Member> {
         self.nodes.iter().map(|n| n.config.me().clone()).collect()
     }
 
+    /// The replicas' client addresses (`host:port`), for `synod ctl` and the bench targets.
     pub fn client_endpoints(&self) -> Vec<String> {
         self.members().iter().map(|m| m.client_addr.to_string()).collect()
     }
@@ -272,8 +213,11 @@ impl Cluster {
 
     /// Start `synod server --config <path>` for node index `i`, logging to `node<id>.log`.
     fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let exe = match &self.server_exe {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().map_err(|e| format!("cannot find the synod executable: {e}"))?,
+        };
         let node = &mut self.nodes[i];
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the synod executable: {e}"))?;
         let open_log = || {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -498,7 +442,85 @@ impl Cluster {
             n.child = None;
         }
         let _ = self.write_file();
-        crate::fault::remove_cpu_cgroups(&self.dir);
+        crate::cgroup::remove_cpu_cgroups(&self.dir);
+    }
+
+    /// Supervise until `until` resolves, returning its output: every [`POLL`] one
+    /// [`Cluster::poll`] step, whose events go to stderr. Keeps going with every replica down
+    /// too (`synod fault restart` can bring them back). The replicas keep running afterwards;
+    /// [`Cluster::stop`] stops them.
+    pub async fn supervise_until<F: std::future::Future>(&mut self, until: F) -> F::Output {
+        tokio::pin!(until);
+        let mut tick = tokio::time::interval(POLL);
+        loop {
+            tokio::select! {
+                out = &mut until => return out,
+                _ = tick.tick() => {}
+            }
+            for event in self.poll() {
+                eprintln!("{event}");
+            }
+        }
+    }
+}
+
+/// A cluster supervised on a thread of its own ([`Cluster::supervise_in_background`]):
+/// replicas that exit are reaped and restart, join and retire requests served while the
+/// caller does something else (drives a workload, applies faults). [`Supervisor::stop`]
+/// (or dropping it) stops the replicas.
+pub struct Supervisor {
+    done: Arc<AtomicBool>,
+    events: Arc<Mutex<Vec<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Hand the cluster to a supervision thread: every [`POLL`] one [`Cluster::poll`] step,
+    /// whose events go to stderr and are kept (see [`Supervisor::events`]).
+    pub fn supervise_in_background(self) -> Supervisor {
+        let done = Arc::new(AtomicBool::new(false));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (done, log) = (done.clone(), events.clone());
+            let mut cluster = self;
+            std::thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    for e in cluster.poll() {
+                        eprintln!("{e}");
+                        log.lock().expect("log lock").push(e);
+                    }
+                    std::thread::sleep(POLL);
+                }
+                cluster.stop();
+            })
+        };
+        Supervisor { done, events, thread: Some(thread) }
+    }
+}
+
+impl Supervisor {
+    /// The supervision events so far (exits, restarts, ...), one line each.
+    pub fn events(&self) -> Vec<String> {
+        self.events.lock().expect("log lock").clone()
+    }
+
+    /// Stop supervising and stop every replica; returns all the events.
+    pub fn stop(mut self) -> Vec<String> {
+        self.finish();
+        std::mem::take(&mut *self.events.lock().expect("log lock"))
+    }
+
+    fn finish(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 
@@ -516,109 +538,6 @@ fn signal(pid: u32, sig: libc::c_int) {
     unsafe {
         libc::kill(pid as libc::pid_t, sig);
     }
-}
-
-/// Check the ports, create the directory and write one config per node.
-fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)>), String> {
-    let n = spec.nodes;
-    if n == 0 {
-        return Err("a cluster needs at least one replica".into());
-    }
-    synod_protocols::registry::find(&spec.protocol).map_err(|e| format!("protocol: {e}"))?;
-    let addr = |port: u16| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-    let members: Vec<Member> = match spec.ports {
-        Ports::Base(base) => {
-            if u32::from(base) + 300 + n > u32::from(u16::MAX) {
-                return Err(format!(
-                    "--base-port {base} leaves no room for {n} nodes (needs base + 300 + nodes <= 65535)"
-                ));
-            }
-            let p = |off: u32| addr((u32::from(base) + off) as u16);
-            (1..=n)
-                .map(|i| Member {
-                    id: i,
-                    peer_addr: p(i),
-                    client_addr: p(100 + i),
-                    admin_addr: p(200 + i),
-                    resp_addr: Some(p(300 + i)),
-                })
-                .collect()
-        }
-        Ports::Free => {
-            // Bound together so they are distinct, released just before the replicas bind.
-            let listeners: Vec<TcpListener> = (0..3 * n)
-                .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("cannot find free ports: {e}"))?;
-            let ports: Vec<u16> = listeners.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.port()).collect();
-            (1..=n)
-                .map(|i| {
-                    let k = 3 * (i - 1) as usize;
-                    Member {
-                        id: i,
-                        peer_addr: addr(ports[k]),
-                        client_addr: addr(ports[k + 1]),
-                        admin_addr: addr(ports[k + 2]),
-                        resp_addr: None,
-                    }
-                })
-                .collect()
-        }
-    };
-    for m in &members {
-        let resp = m.resp_addr.map(|a| ("RESP", a));
-        for (kind, a) in
-            [("peer", m.peer_addr), ("client", m.client_addr), ("admin", m.admin_addr)].into_iter().chain(resp)
-        {
-            if let Err(e) = TcpListener::bind(a) {
-                return Err(format!(
-                    "port {} ({kind} port of node {}) is not available: {e}; choose another --base-port",
-                    a.port(),
-                    m.id
-                ));
-            }
-        }
-    }
-    let dir = match &spec.data_dir {
-        Some(d) => d.clone(),
-        None => {
-            let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-            std::env::temp_dir().join(format!("synod-local-{}-{stamp}", std::process::id()))
-        }
-    };
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let dir = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut configs = Vec::new();
-    // Every local cluster gets its own peer secret and admin token (docs/security.md): the
-    // default is authenticated, and `synod fault` reads the token from the node configs.
-    let cluster_secret = synod_runtime::peer_auth::random_hex(32);
-    let admin_token = synod_runtime::peer_auth::random_hex(24);
-    for m in &members {
-        let config = NodeConfig {
-            id: m.id,
-            cluster: "synod-local".into(),
-            protocol: spec.protocol.clone(),
-            data_dir: Some(dir.join(format!("node{}", m.id))),
-            in_memory: spec.in_memory,
-            fsync: spec.fsync,
-            members: members.clone(),
-            params: spec.params.clone(),
-            limits: synod_core::Limits::default(),
-            log_level: Some(spec.log_level.clone()),
-            password: None,
-            cluster_secret: Some(cluster_secret.clone()),
-            cluster_secret_file: None,
-            admin: synod_runtime::AdminConfig { token: Some(admin_token.clone()), ..Default::default() },
-            max_connections: synod_runtime::NodeConfig::DEFAULT_MAX_CONNECTIONS,
-        };
-        config.validate().map_err(|e| e.to_string())?;
-        let text = toml::to_string(&config).map_err(|e| format!("cannot render the config of node {}: {e}", m.id))?;
-        let path = dir.join(format!("node{}.toml", m.id));
-        let text = format!("# Written by `synod local`; run with `synod server --config {}`.\n{text}", path.display());
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        configs.push((config, path));
-    }
-    Ok((dir, configs))
 }
 
 /// The last `lines` lines of a log file (for error messages).
