@@ -11,11 +11,13 @@ use std::time::{Duration, Instant};
 use synod_core::NodeId;
 
 /// The leader according to the replicas' `/status`: the one node claiming the role, or the
-/// leader most replicas name.
+/// leader most replicas name; in a leaderless cluster (replicas in role `replica`), the
+/// running replica with the lowest id.
 pub fn find_leader(c: &ClusterFile) -> Result<NodeId, String> {
     let mut claims = Vec::new();
     let mut named: BTreeMap<NodeId, usize> = BTreeMap::new();
     let mut seen = Vec::new();
+    let mut leaderless = Vec::new();
     for n in c.nodes.iter().filter(|n| n.state == NodeState::Running) {
         let Ok((200, body)) = crate::http::get(n.admin_addr, "/status", HTTP_TIMEOUT) else {
             seen.push(format!("{}: no answer", n.id));
@@ -26,6 +28,9 @@ pub fn find_leader(c: &ClusterFile) -> Result<NodeId, String> {
         if role == "leader" {
             claims.push(n.id);
         }
+        if role == "replica" {
+            leaderless.push(n.id);
+        }
         if let Some(l) = v["leader"].as_u64() {
             *named.entry(l as NodeId).or_default() += 1;
         }
@@ -33,6 +38,11 @@ pub fn find_leader(c: &ClusterFile) -> Result<NodeId, String> {
     }
     if claims.len() == 1 {
         return Ok(claims[0]);
+    }
+    // A leaderless protocol (EPaxos, Mencius): every replica leads commands; `leader` names
+    // the first running replica, so one scenario can fail "the leader" of every protocol.
+    if claims.is_empty() && named.is_empty() && !leaderless.is_empty() {
+        return leaderless.iter().min().copied().ok_or_else(|| "no replica answered".into());
     }
     let best = named.iter().max_by_key(|(_, &count)| count);
     match best {

@@ -44,7 +44,7 @@ impl Epaxos {
         let step = Step::PreAccept { replies: Default::default(), fast: true, to_all: false, merged: attrs.clone() };
         self.leads.insert(id, Lead { ballot, step, since: ctx.now });
         let msg = Msg::PreAccept { ballot, inst: id, cmds, attrs };
-        for peer in self.fast_peers() {
+        for peer in self.fast_peers(ctx.now) {
             ctx.send(peer, &msg);
         }
         self.check_pre_accept(ctx, id);

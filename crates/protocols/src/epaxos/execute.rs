@@ -6,6 +6,7 @@ use super::commit::batches_interfere;
 use super::msg::{InstId, Phase};
 use super::Epaxos;
 use std::collections::{HashMap, HashSet};
+
 use synod_core::batch::Waiter;
 use synod_core::{Ctx, Pos};
 
@@ -17,18 +18,29 @@ struct Frame {
 
 impl Epaxos {
     /// Execute everything that can be executed.
+    ///
+    /// An instance whose search stopped at an uncommitted instance `b` is not searched again
+    /// until `b` is committed: every instance on its path to `b` has a path to `b`, so none
+    /// of them can run before `b` commits, and the search would stop again.
     pub(super) fn execute(&mut self, ctx: &mut Ctx<'_>) {
-        let mut stuck: HashSet<InstId> = HashSet::new();
         let starts: Vec<InstId> = self.to_execute.iter().copied().collect();
         for v in starts {
-            if stuck.contains(&v) || !self.to_execute.contains(&v) {
+            if !self.to_execute.contains(&v) {
                 continue;
+            }
+            if let Some(b) = self.stuck_on.get(&v) {
+                if !self.is_committed(*b) {
+                    continue;
+                }
+                self.stuck_on.remove(&v);
             }
             if let Err((blocked, visited)) = self.execute_from(ctx, v) {
                 // Step 1: wait for the missing commit (and ask for it / take the instance
                 // over when it takes too long: `on_tick`).
                 self.saw(blocked, ctx.now);
-                stuck.extend(visited);
+                for w in visited {
+                    self.stuck_on.insert(w, blocked);
+                }
             }
         }
         self.propose_pending(ctx);
@@ -167,6 +179,7 @@ impl Epaxos {
                 self.counters.executed += 1;
             }
             self.to_execute.remove(&id);
+            self.stuck_on.remove(&id);
             while self.insts[p].get(&(self.executed_upto[p] + 1)).is_some_and(|i| i.executed) {
                 self.executed_upto[p] += 1;
             }

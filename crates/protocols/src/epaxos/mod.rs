@@ -178,6 +178,8 @@ pub struct Epaxos {
     executed_upto: Vec<u64>,
     /// Committed, not yet executed.
     to_execute: BTreeSet<InstId>,
+    /// Committed instances whose execution waits for this uncommitted one (see `execute`).
+    stuck_on: std::collections::HashMap<InstId, InstId>,
     conflicts: Conflicts,
     leads: BTreeMap<InstId, Lead>,
     /// Own proposals not yet executed: the requests to answer, or to propose again if the
@@ -189,6 +191,8 @@ pub struct Epaxos {
     /// When each unsettled instance may be taken over (randomized, so replicas do not duel).
     takeover_at: BTreeMap<InstId, Time>,
     rtt: BTreeMap<NodeId, Duration>,
+    /// When each peer was last heard from (a silent peer is left out of fast quorums).
+    heard: BTreeMap<NodeId, Time>,
     counters: Counters,
     /// Instances up to this are forgotten (executed, committed everywhere), per sub-space.
     pruned_upto: Vec<u64>,
@@ -266,6 +270,7 @@ impl Epaxos {
             committed_upto: vec![0; n],
             executed_upto: vec![0; n],
             to_execute: BTreeSet::new(),
+            stuck_on: Default::default(),
             conflicts: Conflicts::new(n),
             leads: BTreeMap::new(),
             proposed: BTreeMap::new(),
@@ -273,6 +278,7 @@ impl Epaxos {
             unsettled: BTreeMap::new(),
             takeover_at: BTreeMap::new(),
             rtt: BTreeMap::new(),
+            heard: BTreeMap::new(),
             counters: Counters::default(),
             pruned_upto: vec![0; n],
             peer_committed: BTreeMap::new(),
@@ -354,17 +360,20 @@ impl Epaxos {
     }
 
     /// The peers a thrifty PreAccept goes to: the fast quorum minus this replica, the peers
-    /// with the lowest measured round-trip time first (§7.3), ring order among equals.
-    fn fast_peers(&self) -> Vec<NodeId> {
+    /// with the lowest measured round-trip time first (§7.3), ring order among equals; a
+    /// peer not heard from for three heartbeats comes last (it may have failed).
+    fn fast_peers(&self, now: Time) -> Vec<NodeId> {
         let n = self.n();
-        let mut peers: Vec<(Duration, usize, NodeId)> = (1..n)
+        let silent_after = self.params.heartbeat() * 3;
+        let mut peers: Vec<(bool, Duration, usize, NodeId)> = (1..n)
             .map(|k| {
                 let node = self.members[(self.me + k) % n];
-                (self.rtt.get(&node).copied().unwrap_or(Duration::from_secs(3600)), k, node)
+                let silent = self.heard.get(&node).is_none_or(|t| now.since(*t) > silent_after);
+                (silent, self.rtt.get(&node).copied().unwrap_or(Duration::from_secs(3600)), k, node)
             })
             .collect();
         peers.sort();
-        peers.into_iter().take(self.fast_quorum.saturating_sub(1)).map(|(_, _, node)| node).collect()
+        peers.into_iter().take(self.fast_quorum.saturating_sub(1)).map(|(_, _, _, node)| node).collect()
     }
 
     fn send_all(&self, ctx: &mut Ctx<'_>, msg: &Msg) {
@@ -571,6 +580,7 @@ impl Protocol for Epaxos {
                 if from == self.id || self.pos_of(from).is_none() {
                     return;
                 }
+                self.heard.insert(from, ctx.now);
                 let Ok(msg) = decode::<Msg>(&msg) else { return };
                 self.on_message(ctx, from, msg);
             }

@@ -34,10 +34,18 @@ pub(super) struct PendingSnapshot {
 }
 
 impl Epaxos {
-    /// After execution: ask for a snapshot every `snapshot_every` executed commands.
+    /// After execution: ask for a snapshot every `snapshot_every` executed commands, and
+    /// not before half as many commands were executed as instances are held in memory (the
+    /// compacted image holds them all: while a peer is down nothing is forgotten, and
+    /// compacting every `snapshot_every` commands would cost time quadratic in the outage;
+    /// this way the intervals grow geometrically and the cost stays linear).
     pub(super) fn maybe_snapshot(&mut self, ctx: &mut Ctx<'_>) {
         let every = self.params.snapshot_every;
-        if every == 0 || self.snap_pending.is_some() || self.counters.executed < self.snap_executed_at + every {
+        let held: u64 = self.insts.iter().map(|m| m.len() as u64).sum();
+        if every == 0
+            || self.snap_pending.is_some()
+            || self.counters.executed < self.snap_executed_at + every.max(held / 2)
+        {
             return;
         }
         let covered = self.executed_upto.clone();
