@@ -140,6 +140,8 @@ pub struct Mencius {
     snapshot_pending: bool,
     /// When each peer was last sent the snapshot (not more than once per election timeout).
     snapshot_sent: BTreeMap<NodeId, Time>,
+    /// When a revocation of each owner's slots last finished phase 1 here.
+    revoked_at: BTreeMap<NodeId, Time>,
 }
 
 impl Mencius {
@@ -172,6 +174,7 @@ impl Mencius {
             snapshot: None,
             snapshot_pending: false,
             snapshot_sent: BTreeMap::new(),
+            revoked_at: BTreeMap::new(),
         };
         m.next_own = m.first_own_from(1);
         Ok(m)
@@ -615,6 +618,7 @@ impl Mencius {
             return;
         }
         let r = self.revocation.take().expect("checked");
+        self.revoked_at.insert(r.owner, ctx.now);
         let mut records = Vec::new();
         let mut entries = Vec::new();
         for s in self.slots_of(r.owner, r.from, r.to).collect::<Vec<_>>() {
@@ -773,10 +777,16 @@ impl Mencius {
             return;
         }
         let waited = ctx.now.since(self.stuck.1);
-        if waited < self.timeout_min() {
+        let owner = self.owner(s);
+        // An owner we revoked a moment ago and still suspect: keep revoking its slots as the
+        // log reaches them ("live replicas commit no-ops periodically until the failed
+        // replica recovers"), instead of letting the log stall a timeout before each window.
+        let revoking = owner != self.id
+            && self.suspected(owner, ctx.now)
+            && self.revoked_at.get(&owner).is_some_and(|t| ctx.now.since(*t) <= self.timeout_max());
+        if waited < self.timeout_min() && !revoking {
             return;
         }
-        let owner = self.owner(s);
         if owner == self.id {
             if waited < self.timeout_max() * 2 {
                 self.finish_own(ctx, s);
