@@ -62,6 +62,25 @@ impl Epaxos {
         i.attrs = attrs;
     }
 
+    /// Whether a PreAccept or Accept at `ballot` for `id` may be voted for: a well-formed
+    /// instance of ours to handle, not committed (the sender gets the commit instead), and
+    /// no higher ballot promised (the sender gets a Nack).
+    fn admit(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, id: InstId, attrs: &Attrs) -> bool {
+        if !self.valid(id) || attrs.deps.len() != self.n() {
+            return false;
+        }
+        let (phase, promised) = self.inst(id).map_or((Phase::None, Ballot::ZERO), |i| (i.phase, i.ballot));
+        if phase == Phase::Committed {
+            self.send_commit(ctx, from, id);
+            return false;
+        }
+        if ballot < promised {
+            ctx.send(from, &Msg::Nack { ballot, inst: id, promised });
+            return false;
+        }
+        true
+    }
+
     /// Lines 6–9.
     pub(super) fn on_pre_accept(
         &mut self,
@@ -72,21 +91,10 @@ impl Epaxos {
         cmds: Vec<Command>,
         attrs: Attrs,
     ) {
-        if !self.valid(id) || attrs.deps.len() != self.n() {
+        if !self.admit(ctx, from, ballot, id, &attrs) {
             return;
         }
-        let (phase, promised, vballot) = match self.inst(id) {
-            Some(i) => (i.phase, i.ballot, i.vballot),
-            None => (Phase::None, Ballot::ZERO, Ballot::ZERO),
-        };
-        if phase == Phase::Committed {
-            self.send_commit(ctx, from, id);
-            return;
-        }
-        if ballot < promised {
-            ctx.send(from, &Msg::Nack { ballot, inst: id, promised });
-            return;
-        }
+        let (phase, vballot) = self.inst(id).map_or((Phase::None, Ballot::ZERO), |i| (i.phase, i.vballot));
         if phase != Phase::None && vballot == ballot {
             // A retransmission: answer what we answered (an accept at this ballot is newer).
             if phase == Phase::PreAccepted {
@@ -179,16 +187,7 @@ impl Epaxos {
         cmds: Vec<Command>,
         attrs: Attrs,
     ) {
-        if !self.valid(id) || attrs.deps.len() != self.n() {
-            return;
-        }
-        let (phase, promised) = self.inst(id).map_or((Phase::None, Ballot::ZERO), |i| (i.phase, i.ballot));
-        if phase == Phase::Committed {
-            self.send_commit(ctx, from, id);
-            return;
-        }
-        if ballot < promised {
-            ctx.send(from, &Msg::Nack { ballot, inst: id, promised });
+        if !self.admit(ctx, from, ballot, id, &attrs) {
             return;
         }
         self.vote(id, ballot, Phase::Accepted, cmds, attrs);

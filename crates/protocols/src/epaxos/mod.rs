@@ -348,15 +348,19 @@ impl Epaxos {
 
     fn persist(&self, ctx: &mut Ctx<'_>, id: InstId) {
         let Some(i) = self.inst(id) else { return };
-        let rec = Record::Inst {
+        ctx.persist(0, vec![encode(&Self::record_of(id, i))]);
+    }
+
+    /// The durable record of instance `id` as it stands.
+    fn record_of(id: InstId, i: &Instance) -> Record {
+        Record::Inst {
             inst: id,
             ballot: i.ballot,
             vballot: i.vballot,
             phase: i.phase,
             cmds: i.cmds.clone(),
             attrs: i.attrs.clone(),
-        };
-        ctx.persist(0, vec![encode(&rec)]);
+        }
     }
 
     /// The peers a thrifty PreAccept goes to: the fast quorum minus this replica, the peers

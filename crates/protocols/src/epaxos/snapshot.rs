@@ -77,15 +77,7 @@ impl Epaxos {
             let space = self.members[p];
             for (&index, i) in insts {
                 let id = InstId { space, index };
-                let rec = Record::Inst {
-                    inst: id,
-                    ballot: i.ballot,
-                    vballot: i.vballot,
-                    phase: i.phase,
-                    cmds: i.cmds.clone(),
-                    attrs: i.attrs.clone(),
-                };
-                records.push(vec![encode(&rec)]);
+                records.push(vec![encode(&Self::record_of(id, i))]);
             }
         }
         self.snap_writing = Some((token, covered));
