@@ -224,3 +224,19 @@ fn a_replica_restarted_from_a_snapshot_still_answers_for_what_a_peer_missed() {
     net.run_for(Duration::from_millis(300));
     assert_eq!(net.reply_for(8, 1), Some(&value("40")));
 }
+
+#[test]
+fn thrifty_fast_quorums_avoid_the_slowest_and_the_silent_peers_section_7_3() {
+    let setup = Setup { id: 1, members: vec![1, 2, 3, 4, 5], params: ProtocolParams::default() };
+    let mut e = Epaxos::new(&setup, Variant::default()).unwrap();
+    let now = Time::from_millis(10_000);
+    for (peer, rtt_ms) in [(2, 9), (3, 1), (4, 5), (5, 2)] {
+        e.rtt.insert(peer, Duration::from_millis(rtt_ms));
+        e.heard.insert(peer, now);
+    }
+    // Basic fast quorum for 5 replicas is 4: the leader and the three fastest peers.
+    assert_eq!(e.fast_peers(now), vec![3, 5, 4], "the slowest peer (2) is left out");
+    // Peer 3 falls silent for more than three heartbeats: it is ranked last.
+    e.heard.insert(3, Time::from_millis(10_000 - 4 * e.params.heartbeat_ms));
+    assert_eq!(e.fast_peers(now), vec![5, 4, 2]);
+}
