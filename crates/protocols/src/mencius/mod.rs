@@ -714,10 +714,11 @@ impl Mencius {
     /// A peer's snapshot of every slot up to `upto`: install it if it takes us forward, and
     /// make it durable (synchronously: what we do next depends on it).
     fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, upto: u64, data: Bytes) {
-        if upto < self.log.exec_next()
-            || upto > self.log.exec_next().saturating_add(MAX_AHEAD)
-            || !synod_core::session::StateMachine::is_valid_snapshot(&data)
-        {
+        // However far ahead: a snapshot replaces the state (skipping to it allocates nothing),
+        // and a replica more than MAX_AHEAD slots behind can only catch up this way (it
+        // ignores slots that far ahead) — refusing it stalled a replica back from a long
+        // outage, and with it every slot it owns at the others' frontier.
+        if upto < self.log.exec_next() || !synod_core::session::StateMachine::is_valid_snapshot(&data) {
             return;
         }
         ctx.push(synod_core::Action::InstallSnapshot { data: data.clone() });
