@@ -151,6 +151,91 @@ pub enum Op {
         ttl_ms: u64,
         get: bool,
     },
+    /// The modification versions of keys (WATCH): 0 for an absent key. A key's version is
+    /// the stamp of the last command that wrote it ([`KvStore::apply_stamped`]), unique per
+    /// command, so a delete-and-recreate is a change too.
+    Versions {
+        keys: Vec<Bytes>,
+    },
+    /// A transaction (MULTI/EXEC): the operations run in order, atomically (one log entry).
+    /// If a key of `watch` no longer has the version given (WATCH … EXEC), nothing runs and
+    /// the result is `Multi(None)`. A failing operation gives its error and the others still
+    /// run, as in Redis.
+    Multi {
+        ops: Vec<Op>,
+        watch: Vec<(Bytes, u64)>,
+    },
+    /// Set a key's expiry (EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT): `ms` is relative to the
+    /// state-machine clock when `relative`, else an absolute time. A time at or before the
+    /// clock deletes the key. Returns 1 if set (or deleted), 0 if the key is absent or `cond`
+    /// does not hold.
+    Expire {
+        key: Bytes,
+        ms: i64,
+        relative: bool,
+        cond: ExpireCond,
+    },
+    /// Remaining time to live in ms (TTL/PTTL): -2 absent, -1 no expiry.
+    Ttl {
+        key: Bytes,
+    },
+    /// Remove a key's expiry (PERSIST): 1 if it had one.
+    Persist {
+        key: Bytes,
+    },
+    /// Substring of a string value with Redis's index rules (GETRANGE); "" if absent.
+    GetRange {
+        key: Bytes,
+        start: i64,
+        end: i64,
+    },
+    /// Overwrite part of a string value, zero-padding (SETRANGE); returns the new length.
+    SetRange {
+        key: Bytes,
+        offset: u64,
+        value: Bytes,
+    },
+    /// Get a string value and change its expiry (GETEX): `expire` as in [`Op::Expire`]
+    /// (`(ms, relative)`), or remove it with `persist`.
+    GetEx {
+        key: Bytes,
+        expire: Option<(i64, bool)>,
+        persist: bool,
+    },
+    /// Add a float to a string value (INCRBYFLOAT); `by` is the number's text as the client
+    /// sent it (checked by the front end), so the sum can be exact in decimal.
+    IncrByFloat {
+        key: Bytes,
+        by: Bytes,
+    },
+    /// Move a key's value and expiry to another key (RENAME, RENAMENX with `nx`).
+    Rename {
+        from: Bytes,
+        to: Bytes,
+        nx: bool,
+    },
+    /// Copy a key's value and expiry (COPY [REPLACE]); 1 if copied.
+    Copy {
+        from: Bytes,
+        to: Bytes,
+        replace: bool,
+    },
+    /// Delete every key (FLUSHDB/FLUSHALL).
+    FlushAll,
+}
+
+/// Condition of an expiry change (EXPIRE … NX | XX | GT | LT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ExpireCond {
+    Always,
+    /// Only if the key has no expiry.
+    IfNone,
+    /// Only if the key has an expiry.
+    IfSome,
+    /// Only if the new expiry is later than the current one (no expiry = infinitely late).
+    Greater,
+    /// Only if the new expiry is earlier than the current one (no expiry = infinitely late).
+    Less,
 }
 
 /// What an operation touches, for interference checks.
@@ -182,7 +267,15 @@ impl Op {
                 | Op::GetDel { .. }
                 | Op::HashSet { .. }
                 | Op::HashDelete { .. }
-        )
+                | Op::Expire { .. }
+                | Op::Persist { .. }
+                | Op::SetRange { .. }
+                | Op::GetEx { .. }
+                | Op::IncrByFloat { .. }
+                | Op::Rename { .. }
+                | Op::Copy { .. }
+                | Op::FlushAll
+        ) || matches!(self, Op::Multi { ops, .. } if ops.iter().any(Op::is_write))
     }
 
     pub fn footprint(&self) -> Footprint<'_> {
@@ -202,14 +295,40 @@ impl Op {
             | Op::HashGetAll { key }
             | Op::HashDelete { key, .. }
             | Op::HashLen { key }
-            | Op::Type { key } => Footprint::Keys(vec![key]),
-            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } => {
+            | Op::Type { key }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::Persist { key }
+            | Op::GetRange { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::GetEx { key, .. }
+            | Op::IncrByFloat { key, .. } => Footprint::Keys(vec![key]),
+            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } => Footprint::Keys(vec![from, to]),
+            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } | Op::Versions { keys } => {
                 Footprint::Keys(keys.iter().map(|k| &k[..]).collect())
             }
             Op::MultiPut { pairs } => Footprint::Keys(pairs.iter().map(|(k, _)| &k[..]).collect()),
             Op::Scan { start, end, .. } => Footprint::Range { start, end },
-            Op::KeyScan { .. } | Op::DbSize => Footprint::All,
+            Op::KeyScan { .. } | Op::DbSize | Op::FlushAll => Footprint::All,
             Op::Noop => Footprint::None,
+            Op::Multi { ops, watch } => {
+                // The union of the parts and the watched keys; a range or the whole key
+                // space in any part makes the whole transaction a whole-keyspace operation
+                // (conservative: it then interferes with everything, which is safe).
+                let mut keys: Vec<&[u8]> = watch.iter().map(|(k, _)| &k[..]).collect();
+                for op in ops {
+                    match op.footprint() {
+                        Footprint::None => {}
+                        Footprint::Keys(ks) => keys.extend(ks),
+                        Footprint::Range { .. } | Footprint::All => return Footprint::All,
+                    }
+                }
+                if keys.is_empty() {
+                    Footprint::None
+                } else {
+                    Footprint::Keys(keys)
+                }
+            }
         }
     }
 
@@ -237,12 +356,12 @@ impl Op {
     /// Approximate size in bytes (for batching limits and bandwidth accounting).
     pub fn size(&self) -> usize {
         let mut n = 0;
-        self.for_each_key(|k| n += k.len());
-        self.for_each_value(|v| n += v.len());
+        self.for_each_key(&mut |k| n += k.len());
+        self.for_each_value(&mut |v| n += v.len());
         n
     }
 
-    fn for_each_key(&self, mut f: impl FnMut(&Bytes)) {
+    fn for_each_key(&self, f: &mut dyn FnMut(&Bytes)) {
         match self {
             Op::Get { key }
             | Op::Put { key, .. }
@@ -256,7 +375,18 @@ impl Op {
             | Op::GetDel { key }
             | Op::HashGetAll { key }
             | Op::HashLen { key }
-            | Op::Type { key } => f(key),
+            | Op::Type { key }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::Persist { key }
+            | Op::GetRange { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::GetEx { key, .. }
+            | Op::IncrByFloat { key, .. } => f(key),
+            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } => {
+                f(from);
+                f(to);
+            }
             Op::HashSet { key, pairs } => {
                 f(key);
                 pairs.iter().for_each(|(field, _)| f(field));
@@ -265,7 +395,13 @@ impl Op {
                 f(key);
                 fields.iter().for_each(f);
             }
-            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } => keys.iter().for_each(f),
+            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } | Op::Versions { keys } => {
+                keys.iter().for_each(f)
+            }
+            Op::Multi { ops, watch } => {
+                watch.iter().for_each(|(k, _)| f(k));
+                ops.iter().for_each(|op| op.for_each_key(f));
+            }
             Op::MultiPut { pairs } => pairs.iter().for_each(|(k, _)| f(k)),
             Op::Scan { start, end, .. } => {
                 f(start);
@@ -277,20 +413,24 @@ impl Op {
                     f(p);
                 }
             }
-            Op::Noop | Op::DbSize => {}
+            Op::Noop | Op::DbSize | Op::FlushAll => {}
         }
     }
 
-    fn for_each_value(&self, mut f: impl FnMut(&Bytes)) {
+    fn for_each_value(&self, f: &mut dyn FnMut(&Bytes)) {
         match self {
-            Op::Put { value, .. } | Op::Set { value, .. } | Op::SetWithTtl { value, .. } | Op::Append { value, .. } => {
-                f(value)
-            }
+            Op::Put { value, .. }
+            | Op::Set { value, .. }
+            | Op::SetWithTtl { value, .. }
+            | Op::Append { value, .. }
+            | Op::SetRange { value, .. }
+            | Op::IncrByFloat { by: value, .. } => f(value),
             Op::Cas { expect, new, .. } => {
-                expect.iter().for_each(&mut f);
+                expect.iter().for_each(&mut *f);
                 new.iter().for_each(f);
             }
             Op::MultiPut { pairs } | Op::HashSet { pairs, .. } => pairs.iter().for_each(|(_, v)| f(v)),
+            Op::Multi { ops, .. } => ops.iter().for_each(|op| op.for_each_value(f)),
             _ => {}
         }
     }
@@ -298,19 +438,39 @@ impl Op {
     /// Check the operation against the limits; the error is what the client is told.
     pub fn validate(&self, limits: &Limits) -> Result<(), CommandError> {
         let mut err = None;
-        self.for_each_key(|k| {
+        self.for_each_key(&mut |k| {
             if k.len() > limits.max_key_bytes && err.is_none() {
                 err = Some(CommandError::KeyTooLarge { size: k.len(), limit: limits.max_key_bytes });
             }
         });
-        self.for_each_value(|v| {
+        self.for_each_value(&mut |v| {
             if v.len() > limits.max_value_bytes && err.is_none() {
                 err = Some(CommandError::ValueTooLarge { size: v.len(), limit: limits.max_value_bytes });
+            }
+        });
+        // SETRANGE pads with zeros up to its offset: the string it makes is what counts.
+        self.for_each_setrange(&mut |offset, len| {
+            let size = offset.saturating_add(len as u64);
+            if len > 0 && size > limits.max_value_bytes as u64 && err.is_none() {
+                err = Some(CommandError::ValueTooLarge {
+                    size: size.min(usize::MAX as u64) as usize,
+                    limit: limits.max_value_bytes,
+                });
             }
         });
         match err {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+impl Op {
+    fn for_each_setrange(&self, f: &mut dyn FnMut(u64, usize)) {
+        match self {
+            Op::SetRange { offset, value, .. } => f(*offset, value.len()),
+            Op::Multi { ops, .. } => ops.iter().for_each(|op| op.for_each_setrange(f)),
+            _ => {}
         }
     }
 }
@@ -376,6 +536,10 @@ pub enum OpResult {
     Keys { keys: Vec<Bytes>, next: Option<Bytes> },
     /// The state machine refused the command (deterministically, on every replica).
     Error(String),
+    /// Versions: one per key (0 = absent).
+    Versions(Vec<u64>),
+    /// Multi: the result of each operation, or None when a watched key had changed.
+    Multi(Option<Vec<OpResult>>),
 }
 
 /// Redis's error for an operation on a key holding the wrong kind of value.
@@ -401,6 +565,8 @@ impl Value {
 struct Item {
     value: Value,
     expire_at_ms: Option<u64>,
+    /// Stamp of the command that last wrote the key (WATCH compares it).
+    version: u64,
 }
 
 /// The ordered key-value store with typed values and expiry.
@@ -417,6 +583,9 @@ pub struct KvStore {
     /// Expiry index: (expire_at_ms, key), so expired keys are purged deterministically.
     expiries: OrdSet<(u64, Bytes)>,
     bytes: usize,
+    /// The stamp of the command being applied (set by [`KvStore::apply_stamped`] for the
+    /// duration of one command, 0 between commands): every key it writes gets it as version.
+    stamp: u64,
 }
 
 impl KvStore {
@@ -447,21 +616,35 @@ impl KvStore {
     }
 
     fn insert(&mut self, key: Bytes, value: Value, expire_at_ms: Option<u64>) {
-        self.remove(&key);
+        let old = self.remove(&key).map(|(_, v)| v).unwrap_or(0);
         self.bytes += key.len() + value.size();
         if let Some(t) = expire_at_ms {
             self.expiries.insert((t, key.clone()));
         }
-        self.map.insert(key, Item { value, expire_at_ms });
+        // Without a stamp (plain `apply`), a per-key counter: enough to see changes, but a
+        // deleted and recreated key may repeat a version; replicas always stamp.
+        let version = if self.stamp != 0 { self.stamp } else { old + 1 };
+        self.map.insert(key, Item { value, expire_at_ms, version });
     }
 
-    fn remove(&mut self, key: &[u8]) -> Option<Value> {
+    fn version(&self, key: &[u8]) -> u64 {
+        self.map.get(key).map_or(0, |i| i.version)
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<(Value, u64)> {
         let (k, item) = self.map.remove_with_key(key)?;
         self.bytes -= k.len() + item.value.size();
         if let Some(t) = item.expire_at_ms {
             self.expiries.remove(&(t, k));
         }
-        Some(item.value)
+        Some((item.value, item.version))
+    }
+
+    /// Change a key's expiry (the key exists), keeping its value; a version bump like any write.
+    fn set_expiry(&mut self, key: &Bytes, expire_at_ms: Option<u64>) {
+        if let Some((value, _)) = self.remove(key) {
+            self.insert(key.clone(), value, expire_at_ms);
+        }
     }
 
     /// Drop every key whose expiry is at or before `now_ms`.
@@ -538,24 +721,52 @@ impl KvStore {
         self.run_at(op, now_ms)
     }
 
+    /// [`KvStore::apply`] (or [`KvStore::apply_lazy`] when `lazy`) with a stamp: every key
+    /// the operation writes gets `stamp` as its version (what WATCH compares). The replicated
+    /// state machine stamps each command with a value unique to it (derived from its client
+    /// id and sequence number), the same on every replica, and never 0.
+    pub fn apply_stamped(&mut self, op: &Op, now_ms: u64, lazy: bool, stamp: u64) -> OpResult {
+        self.stamp = stamp;
+        let r = if lazy { self.apply_lazy(op, now_ms) } else { self.apply(op, now_ms) };
+        self.stamp = 0;
+        r
+    }
+
     fn run_at(&mut self, op: &Op, now_ms: u64) -> OpResult {
-        if let Op::SetWithTtl { key, value, cond, ttl_ms, get } = op {
-            let absolute = Op::Set {
-                key: key.clone(),
-                value: value.clone(),
-                cond: *cond,
-                expire_at_ms: Some(now_ms.saturating_add(*ttl_ms)),
-                keep_ttl: false,
-                get: *get,
-            };
-            return self.run_at(&absolute, now_ms);
-        }
-        match self.apply_inner(op) {
-            Ok(r) | Err(r) => r,
+        match op {
+            Op::SetWithTtl { key, value, cond, ttl_ms, get } => {
+                let absolute = Op::Set {
+                    key: key.clone(),
+                    value: value.clone(),
+                    cond: *cond,
+                    expire_at_ms: Some(now_ms.saturating_add(*ttl_ms)),
+                    keep_ttl: false,
+                    get: *get,
+                };
+                self.run_at(&absolute, now_ms)
+            }
+            Op::Multi { ops, watch } => {
+                if watch.iter().any(|(k, v)| self.version(k) != *v) {
+                    return OpResult::Multi(None);
+                }
+                OpResult::Multi(Some(ops.iter().map(|op| self.run_at(op, now_ms)).collect()))
+            }
+            op => match self.apply_inner(op, now_ms) {
+                Ok(r) | Err(r) => r,
+            },
         }
     }
 
-    fn apply_inner(&mut self, op: &Op) -> Result<OpResult, OpResult> {
+    /// An expiry time from (ms, relative) at `now_ms`; None when it overflows.
+    fn expiry_time(ms: i64, relative: bool, now_ms: u64) -> Option<i64> {
+        if relative {
+            (now_ms.min(i64::MAX as u64) as i64).checked_add(ms)
+        } else {
+            Some(ms)
+        }
+    }
+
+    fn apply_inner(&mut self, op: &Op, now_ms: u64) -> Result<OpResult, OpResult> {
         Ok(match op {
             Op::Put { key, value } => {
                 self.insert(key.clone(), Value::Str(value.clone()), None);
@@ -647,7 +858,110 @@ impl KvStore {
                 }
                 OpResult::Int(removed)
             }
-            read => return self.read_inner(read),
+            Op::Expire { key, ms, relative, cond } => {
+                let Some(item) = self.map.get(key) else { return Ok(OpResult::Int(0)) };
+                let Some(at) = Self::expiry_time(*ms, *relative, now_ms) else {
+                    return Err(err("ERR invalid expire time in 'expire' command"));
+                };
+                // No expiry is an infinitely late one.
+                let current = item.expire_at_ms.map(|t| t as i128);
+                let ok = match cond {
+                    ExpireCond::Always => true,
+                    ExpireCond::IfNone => current.is_none(),
+                    ExpireCond::IfSome => current.is_some(),
+                    ExpireCond::Greater => current.is_some_and(|c| at as i128 > c),
+                    ExpireCond::Less => current.is_none_or(|c| (at as i128) < c),
+                };
+                if !ok {
+                    return Ok(OpResult::Int(0));
+                }
+                if at <= now_ms as i64 {
+                    self.remove(key);
+                } else {
+                    self.set_expiry(key, Some(at as u64));
+                }
+                OpResult::Int(1)
+            }
+            Op::Persist { key } => match self.map.get(key) {
+                Some(Item { expire_at_ms: Some(_), .. }) => {
+                    self.set_expiry(key, None);
+                    OpResult::Int(1)
+                }
+                _ => OpResult::Int(0),
+            },
+            Op::SetRange { key, offset, value } => {
+                let current = self.string(key)?;
+                let offset = *offset as usize;
+                if value.is_empty() {
+                    return Ok(OpResult::Int(current.map_or(0, |v| v.len() as i64)));
+                }
+                let mut v = current.map(|b| b.to_vec()).unwrap_or_default();
+                if v.len() < offset + value.len() {
+                    v.resize(offset + value.len(), 0);
+                }
+                v[offset..offset + value.len()].copy_from_slice(value);
+                let len = v.len() as i64;
+                self.set_string_keep_ttl(key, Bytes::from(v));
+                OpResult::Int(len)
+            }
+            Op::GetEx { key, expire, persist } => {
+                let Some(v) = self.string(key)?.cloned() else { return Ok(OpResult::Value(None)) };
+                if let Some((ms, relative)) = expire {
+                    let Some(at) = Self::expiry_time(*ms, *relative, now_ms) else {
+                        return Err(err("ERR invalid expire time in 'getex' command"));
+                    };
+                    if at <= now_ms as i64 {
+                        self.remove(key);
+                    } else {
+                        self.set_expiry(key, Some(at as u64));
+                    }
+                } else if *persist && self.map.get(key).is_some_and(|i| i.expire_at_ms.is_some()) {
+                    self.set_expiry(key, None);
+                }
+                OpResult::Value(Some(v))
+            }
+            Op::IncrByFloat { key, by } => {
+                let current = self.string(key)?.cloned().unwrap_or_else(|| Bytes::from_static(b"0"));
+                let text = add_floats(&current, by)?;
+                self.set_string_keep_ttl(key, text.clone());
+                OpResult::Value(Some(text))
+            }
+            Op::Rename { from, to, nx } => {
+                let Some(item) = self.map.get(from) else { return Err(err("ERR no such key")) };
+                if from == to {
+                    return Ok(if *nx { OpResult::Int(0) } else { OpResult::Done });
+                }
+                if *nx && self.map.contains_key(to) {
+                    return Ok(OpResult::Int(0));
+                }
+                let ttl = item.expire_at_ms;
+                let (value, _) = self.remove(from).expect("present");
+                self.insert(to.clone(), value, ttl);
+                if *nx {
+                    OpResult::Int(1)
+                } else {
+                    OpResult::Done
+                }
+            }
+            Op::Copy { from, to, replace } => {
+                if from == to {
+                    return Err(err("ERR source and destination objects are the same"));
+                }
+                let Some(item) = self.map.get(from) else { return Ok(OpResult::Int(0)) };
+                if !*replace && self.map.contains_key(to) {
+                    return Ok(OpResult::Int(0));
+                }
+                let (value, ttl) = (item.value.clone(), item.expire_at_ms);
+                self.insert(to.clone(), value, ttl);
+                OpResult::Int(1)
+            }
+            Op::FlushAll => {
+                self.map = OrdMap::new();
+                self.expiries = OrdSet::new();
+                self.bytes = 0;
+                OpResult::Done
+            }
+            read => return self.read_inner(read, now_ms),
         })
     }
 
@@ -659,12 +973,20 @@ impl KvStore {
             purged.purge_expired(now_ms);
             return purged.read(op, now_ms);
         }
-        match self.read_inner(op) {
-            Ok(r) | Err(r) => r,
+        match op {
+            Op::Multi { ops, watch } if !op.is_write() => {
+                if watch.iter().any(|(k, v)| self.version(k) != *v) {
+                    return OpResult::Multi(None);
+                }
+                OpResult::Multi(Some(ops.iter().map(|op| self.read(op, now_ms)).collect()))
+            }
+            _ => match self.read_inner(op, now_ms) {
+                Ok(r) | Err(r) => r,
+            },
         }
     }
 
-    fn read_inner(&self, op: &Op) -> Result<OpResult, OpResult> {
+    fn read_inner(&self, op: &Op, now_ms: u64) -> Result<OpResult, OpResult> {
         Ok(match op {
             Op::Get { key } => OpResult::Value(self.string(key)?.cloned()),
             Op::Scan { start, end, limit } => {
@@ -721,6 +1043,19 @@ impl KvStore {
                 OpResult::Keys { keys, next: if more { last } else { None } }
             }
             Op::DbSize => OpResult::Int(self.map.len() as i64),
+            Op::Versions { keys } => OpResult::Versions(keys.iter().map(|k| self.version(k)).collect()),
+            Op::Ttl { key } => OpResult::Int(match self.map.get(key) {
+                None => -2,
+                Some(Item { expire_at_ms: None, .. }) => -1,
+                Some(Item { expire_at_ms: Some(t), .. }) => t.saturating_sub(now_ms).min(i64::MAX as u64) as i64,
+            }),
+            Op::GetRange { key, start, end } => {
+                let v = self.string(key)?.cloned().unwrap_or_default();
+                OpResult::Value(Some(match redis_range(*start, *end, v.len()) {
+                    Some((s, e)) => v.slice(s..=e),
+                    None => Bytes::new(),
+                }))
+            }
             _ => OpResult::Error("write operation on the read-only path".into()),
         })
     }
@@ -747,6 +1082,7 @@ impl KvStore {
                 }
             }
             feed(&item.expire_at_ms.unwrap_or(0).to_le_bytes());
+            feed(&item.version.to_le_bytes());
         }
         h
     }
@@ -754,6 +1090,97 @@ impl KvStore {
 
 fn err(msg: &str) -> OpResult {
     OpResult::Error(msg.into())
+}
+
+/// Redis's index rules for GETRANGE/LRANGE: negative indexes count from the end, both ends
+/// inclusive, clamped to the value; None when the range is empty.
+pub fn redis_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (s, e) = (norm(start), norm(end).min(len - 1));
+    if len == 0 || s > e || s >= len {
+        return None;
+    }
+    Some((s as usize, e as usize))
+}
+
+/// A float as Redis parses one (INCRBYFLOAT): no spaces, not NaN (infinities parse; adding
+/// them is refused later, as in Redis).
+pub fn parse_f64(v: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(v).ok()?;
+    if s.is_empty() || s.trim() != s {
+        return None;
+    }
+    let x: f64 = s.parse().ok()?;
+    (!x.is_nan()).then_some(x)
+}
+
+/// Scale of [`exact_decimal`]: 17 decimals, the precision Redis prints INCRBYFLOAT with.
+const DEC_SCALE: u32 = 17;
+
+/// A decimal text as an exact integer count of 10^-17 units, when it is one (plain or
+/// exponent notation, at most 17 decimals, within i128).
+fn exact_decimal(v: &[u8]) -> Option<i128> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], s[i + 1..].parse::<i32>().ok()?),
+        None => (s, 0),
+    };
+    let (neg, digits) = match mantissa.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, mantissa.strip_prefix('+').unwrap_or(mantissa)),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if int.is_empty() && frac.is_empty() || !(int.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut n: i128 = 0;
+    for b in int.bytes().chain(frac.bytes()) {
+        n = n.checked_mul(10)?.checked_add((b - b'0') as i128)?;
+    }
+    // n * 10^(exp - frac.len()) in units of 10^-17.
+    let shift = exp as i64 - frac.len() as i64 + DEC_SCALE as i64;
+    if shift >= 0 {
+        n = n.checked_mul(10i128.checked_pow(u32::try_from(shift).ok()?)?)?;
+    } else {
+        let d = 10i128.checked_pow(u32::try_from(-shift).ok()?)?;
+        if n % d != 0 {
+            return None;
+        }
+        n /= d;
+    }
+    Some(if neg { -n } else { n })
+}
+
+fn format_decimal(n: i128) -> String {
+    let unit = 10i128.pow(DEC_SCALE);
+    let (int, frac) = (n.unsigned_abs() / unit as u128, n.unsigned_abs() % unit as u128);
+    let sign = if n < 0 { "-" } else { "" };
+    if frac == 0 {
+        return format!("{sign}{int}");
+    }
+    let frac = format!("{frac:017}");
+    format!("{sign}{int}.{}", frac.trim_end_matches('0'))
+}
+
+/// INCRBYFLOAT's sum as Redis prints it: plain decimal, no exponent, no trailing zeros.
+/// Redis adds in `long double` and prints 17 decimals; synod adds exactly in decimal when
+/// both numbers are decimals of at most 17 places (so `10.5 + 0.1` is `10.6` and `1.1 + 2.2`
+/// is `3.3`, as in Redis), else in f64, printed as the shortest text that reads back as the
+/// same number (where Redis's 80-bit arithmetic may print other trailing digits).
+fn add_floats(current: &[u8], by: &[u8]) -> Result<Bytes, OpResult> {
+    let cur = parse_f64(current).ok_or_else(|| err("ERR value is not a valid float"))?;
+    let inc = parse_f64(by).ok_or_else(|| err("ERR value is not a valid float"))?;
+    let sum = cur + inc;
+    if !sum.is_finite() {
+        return Err(err("ERR increment would produce NaN or Infinity"));
+    }
+    if let (Some(a), Some(b)) = (exact_decimal(current), exact_decimal(by)) {
+        if let Some(n) = a.checked_add(b) {
+            return Ok(Bytes::from(format_decimal(n)));
+        }
+    }
+    Ok(Bytes::from(if sum == 0.0 { "0".to_string() } else { format!("{sum}") }))
 }
 
 /// Redis integers: an optional minus sign and decimal digits, no spaces or leading '+'.
@@ -1070,5 +1497,168 @@ mod tests {
         let big = Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("123456789"))] };
         assert_eq!(big.validate(&l), Err(CommandError::ValueTooLarge { size: 9, limit: 8 }));
         assert_eq!(mset.size(), 4);
+    }
+
+    fn st(kv: &mut KvStore, op: &Op, now: u64, stamp: u64) -> OpResult {
+        kv.apply_stamped(op, now, false, stamp)
+    }
+
+    #[test]
+    fn transactions_with_watch_versions() {
+        let mut kv = KvStore::new();
+        let versions = |kv: &mut KvStore, keys: &[&str]| match kv
+            .apply0(&Op::Versions { keys: keys.iter().map(|k| b(k)).collect() })
+        {
+            OpResult::Versions(v) => v,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(versions(&mut kv, &["a"]), vec![0]);
+        st(&mut kv, &Op::Put { key: b("a"), value: b("1") }, 0, 11);
+        assert_eq!(versions(&mut kv, &["a", "b"]), vec![11, 0]);
+        let multi = |watch: Vec<(Bytes, u64)>| Op::Multi {
+            ops: vec![
+                Op::IncrBy { key: b("a"), by: 1 },
+                Op::HashLen { key: b("a") },
+                Op::Put { key: b("b"), value: b("x") },
+            ],
+            watch,
+        };
+        // Watched version still current: every part runs, errors in place.
+        let r = st(&mut kv, &multi(vec![(b("a"), 11), (b("b"), 0)]), 0, 12);
+        assert_eq!(r, OpResult::Multi(Some(vec![OpResult::Int(2), OpResult::Error(WRONGTYPE.into()), OpResult::Done])));
+        assert_eq!(versions(&mut kv, &["a", "b"]), vec![12, 12]);
+        // A stale version: nothing runs.
+        let before = kv.clone();
+        assert_eq!(st(&mut kv, &multi(vec![(b("a"), 11)]), 0, 13), OpResult::Multi(None));
+        assert_eq!(kv, before);
+        // Delete and recreate with the same value is a change (new stamp), as in Redis.
+        st(&mut kv, &Op::Delete { key: b("b") }, 0, 14);
+        st(&mut kv, &Op::Put { key: b("b"), value: b("x") }, 0, 15);
+        assert_eq!(st(&mut kv, &multi(vec![(b("b"), 12)]), 0, 16), OpResult::Multi(None));
+        // Expiry of a watched key is a change too.
+        st(&mut kv, &Op::Expire { key: b("b"), ms: 10, relative: true, cond: ExpireCond::Always }, 100, 17);
+        let v = versions(&mut kv, &["b"]);
+        assert_eq!(v, vec![17]);
+        assert_eq!(st(&mut kv, &multi(vec![(b("b"), 17)]), 110, 18), OpResult::Multi(None));
+        // Footprint: the parts and the watched keys; a write if any part writes.
+        let m = multi(vec![(b("w"), 1)]);
+        assert!(m.is_write());
+        assert!(m.interferes(&Op::Put { key: b("w"), value: b("") }));
+        assert!(m.interferes(&Op::Get { key: b("b") }));
+        assert!(!m.interferes(&Op::Get { key: b("zz") }));
+        let ro = Op::Multi { ops: vec![Op::Get { key: b("a") }], watch: vec![] };
+        assert!(!ro.is_write());
+        assert!(!ro.interferes(&Op::Get { key: b("a") }));
+        assert!(ro.interferes(&Op::Put { key: b("a"), value: b("") }));
+        let scan = Op::Multi { ops: vec![Op::DbSize], watch: vec![] };
+        assert_eq!(scan.footprint(), Footprint::All);
+        assert_eq!(m.size(), 5);
+        assert_eq!(Op::Versions { keys: vec![b("k")] }.footprint(), Footprint::Keys(vec![&b"k"[..]]));
+        assert!(!Op::Versions { keys: vec![b("k")] }.is_write());
+    }
+
+    #[test]
+    fn expire_ttl_persist() {
+        let mut kv = KvStore::new();
+        let exp = |k: &str, ms: i64, relative: bool, cond: ExpireCond| Op::Expire { key: b(k), ms, relative, cond };
+        let ttl = |k: &str| Op::Ttl { key: b(k) };
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::Always), 1_000), OpResult::Int(0), "absent");
+        kv.apply(&Op::Put { key: b("k"), value: b("v") }, 1_000);
+        assert_eq!(kv.apply(&ttl("k"), 1_000), OpResult::Int(-1));
+        assert_eq!(kv.apply(&ttl("nope"), 1_000), OpResult::Int(-2));
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::IfSome), 1_000), OpResult::Int(0));
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::Greater), 1_000), OpResult::Int(0));
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::IfNone), 1_000), OpResult::Int(1));
+        assert_eq!(kv.apply(&ttl("k"), 1_040), OpResult::Int(60));
+        assert_eq!(kv.apply(&exp("k", 2_000, false, ExpireCond::Less), 1_040), OpResult::Int(0));
+        assert_eq!(kv.apply(&exp("k", 1_050, false, ExpireCond::Less), 1_040), OpResult::Int(1));
+        assert_eq!(kv.apply(&exp("k", 5_000, false, ExpireCond::Greater), 1_040), OpResult::Int(1));
+        assert_eq!(kv.apply(&Op::Persist { key: b("k") }, 1_040), OpResult::Int(1));
+        assert_eq!(kv.apply(&Op::Persist { key: b("k") }, 1_040), OpResult::Int(0));
+        assert_eq!(kv.apply(&ttl("k"), 9_000), OpResult::Int(-1));
+        // A time in the past deletes, and the value stays under its expiry with SETRANGE/INCR.
+        assert_eq!(kv.apply(&exp("k", -1, true, ExpireCond::Always), 9_000), OpResult::Int(1));
+        assert_eq!(kv.apply(&Op::Exists { keys: vec![b("k")] }, 9_000), OpResult::Int(0));
+        kv.apply(&Op::Put { key: b("n"), value: b("1") }, 9_000);
+        kv.apply(&exp("n", 100, true, ExpireCond::Always), 9_000);
+        kv.apply(&Op::IncrBy { key: b("n"), by: 1 }, 9_010);
+        assert_eq!(kv.apply(&ttl("n"), 9_010), OpResult::Int(90));
+        assert_eq!(kv.apply(&Op::Get { key: b("n") }, 9_100), OpResult::Value(None));
+        // Lazy (partial-order) mode decides expiry from the command's own time, per key.
+        let mut lazy = KvStore::new();
+        lazy.apply_lazy(&Op::Put { key: b("a"), value: b("v") }, 0);
+        lazy.apply_lazy(&exp("a", 50, true, ExpireCond::Always), 100);
+        assert_eq!(lazy.apply_lazy(&ttl("a"), 120), OpResult::Int(30));
+        assert_eq!(lazy.apply_lazy(&ttl("a"), 150), OpResult::Int(-2));
+        assert!(exp("a", 1, true, ExpireCond::Always).is_write());
+        assert!(!ttl("a").is_write());
+    }
+
+    #[test]
+    fn string_ranges_getex_float_rename_copy_flush() {
+        let mut kv = KvStore::new();
+        kv.apply0(&Op::Put { key: b("s"), value: b("This is a string") });
+        let gr = |kv: &mut KvStore, s: i64, e: i64| kv.apply0(&Op::GetRange { key: b("s"), start: s, end: e });
+        assert_eq!(gr(&mut kv, 0, 3), OpResult::Value(Some(b("This"))));
+        assert_eq!(gr(&mut kv, -3, -1), OpResult::Value(Some(b("ing"))));
+        assert_eq!(gr(&mut kv, 0, -1), OpResult::Value(Some(b("This is a string"))));
+        assert_eq!(gr(&mut kv, 10, 100), OpResult::Value(Some(b("string"))));
+        assert_eq!(gr(&mut kv, 5, 3), OpResult::Value(Some(b(""))));
+        assert_eq!(gr(&mut kv, -1, -5), OpResult::Value(Some(b(""))));
+        assert_eq!(kv.apply0(&Op::GetRange { key: b("none"), start: 0, end: -1 }), OpResult::Value(Some(b(""))));
+        let sr = |k: &str, offset: u64, v: &str| Op::SetRange { key: b(k), offset, value: b(v) };
+        assert_eq!(kv.apply0(&sr("s", 10, "STRING")), OpResult::Int(16));
+        assert_eq!(kv.get(b"s"), Some(&b("This is a STRING")));
+        assert_eq!(kv.apply0(&sr("z", 3, "ab")), OpResult::Int(5));
+        assert_eq!(kv.get(b"z"), Some(&Bytes::from_static(b"\0\0\0ab")));
+        assert_eq!(kv.apply0(&sr("empty", 3, "")), OpResult::Int(0));
+        assert_eq!(kv.apply0(&Op::Exists { keys: vec![b("empty")] }), OpResult::Int(0));
+        let l = Limits { max_key_bytes: 10, max_value_bytes: 8, max_frame_bytes: 100 };
+        assert_eq!(sr("z", 7, "ab").validate(&l), Err(CommandError::ValueTooLarge { size: 9, limit: 8 }));
+        // GETEX
+        let getex = |expire, persist| Op::GetEx { key: b("s"), expire, persist };
+        assert_eq!(kv.apply(&getex(Some((100, true)), false), 1_000), OpResult::Value(Some(b("This is a STRING"))));
+        assert_eq!(kv.apply(&Op::Ttl { key: b("s") }, 1_000), OpResult::Int(100));
+        kv.apply(&getex(None, true), 1_000);
+        assert_eq!(kv.apply(&Op::Ttl { key: b("s") }, 1_000), OpResult::Int(-1));
+        assert_eq!(kv.apply(&getex(Some((500, false)), false), 1_000), OpResult::Value(Some(b("This is a STRING"))));
+        assert_eq!(kv.apply(&Op::Exists { keys: vec![b("s")] }, 1_000), OpResult::Int(0), "past time deletes");
+        // INCRBYFLOAT
+        let f = |k: &str, by: &str| Op::IncrByFloat { key: b(k), by: b(by) };
+        kv.apply0(&Op::Put { key: b("f"), value: b("10.50") });
+        assert_eq!(kv.apply0(&f("f", "0.1")), OpResult::Value(Some(b("10.6"))));
+        assert_eq!(kv.apply0(&f("f", "-5")), OpResult::Value(Some(b("5.6"))));
+        kv.apply0(&Op::Put { key: b("g"), value: b("5.0e3") });
+        assert_eq!(kv.apply0(&f("g", "2.0e2")), OpResult::Value(Some(b("5200"))));
+        assert_eq!(kv.apply0(&f("h", "1.1")), OpResult::Value(Some(b("1.1"))));
+        assert_eq!(kv.apply0(&f("h", "2.2")), OpResult::Value(Some(b("3.3"))));
+        assert_eq!(kv.apply0(&f("h", "-3.3")), OpResult::Value(Some(b("0"))));
+        assert_eq!(kv.apply0(&f("h", "inf")), OpResult::Error("ERR increment would produce NaN or Infinity".into()));
+        kv.apply0(&Op::Put { key: b("t"), value: b("abc") });
+        assert_eq!(kv.apply0(&f("t", "1")), OpResult::Error("ERR value is not a valid float".into()));
+        // RENAME / RENAMENX / COPY keep the value and the expiry.
+        kv.apply(&Op::SetWithTtl { key: b("r"), value: b("v"), cond: SetCond::Always, ttl_ms: 1_000, get: false }, 0);
+        let rn = |from: &str, to: &str, nx| Op::Rename { from: b(from), to: b(to), nx };
+        assert_eq!(kv.apply0(&rn("nope", "x", false)), OpResult::Error("ERR no such key".into()));
+        assert_eq!(kv.apply0(&rn("r", "r2", false)), OpResult::Done);
+        assert_eq!(kv.apply0(&Op::Ttl { key: b("r2") }), OpResult::Int(1_000));
+        assert_eq!(kv.apply0(&rn("r2", "t", true)), OpResult::Int(0));
+        assert_eq!(kv.apply0(&rn("r2", "r2", false)), OpResult::Done);
+        let cp = |from: &str, to: &str, replace| Op::Copy { from: b(from), to: b(to), replace };
+        assert_eq!(kv.apply0(&cp("r2", "t", false)), OpResult::Int(0));
+        assert_eq!(kv.apply0(&cp("r2", "t", true)), OpResult::Int(1));
+        assert_eq!(kv.get(b"t"), Some(&b("v")));
+        assert_eq!(kv.apply0(&Op::Ttl { key: b("t") }), OpResult::Int(1_000));
+        assert_eq!(
+            kv.apply0(&cp("t", "t", true)),
+            OpResult::Error("ERR source and destination objects are the same".into())
+        );
+        assert_eq!(rn("a", "b", false).footprint(), Footprint::Keys(vec![&b"a"[..], &b"b"[..]]));
+        // FLUSHALL empties everything, expiries included, and interferes with everything.
+        assert_eq!(kv.apply0(&Op::FlushAll), OpResult::Done);
+        assert_eq!(kv.apply0(&Op::DbSize), OpResult::Int(0));
+        assert_eq!(kv.size_bytes(), 0);
+        assert_eq!(kv, KvStore::new());
+        assert!(Op::FlushAll.interferes(&Op::Get { key: b("x") }));
     }
 }

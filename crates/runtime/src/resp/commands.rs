@@ -22,6 +22,9 @@ pub enum Group {
     Keyspace,
     Connection,
     Server,
+    /// MULTI/EXEC/DISCARD/WATCH/UNWATCH: handled by the connection (`super::conn`), which
+    /// queues commands and sends a transaction through the log as one `Op::Multi`.
+    Transaction,
 }
 
 impl Group {
@@ -32,12 +35,13 @@ impl Group {
             Group::Keyspace => "generic",
             Group::Connection => "connection",
             Group::Server => "server",
+            Group::Transaction => "transactions",
         }
     }
 
     /// Answered by the connection, not through the log.
     pub fn is_local(self) -> bool {
-        matches!(self, Group::Connection | Group::Server)
+        matches!(self, Group::Connection | Group::Server | Group::Transaction)
     }
 }
 
@@ -140,6 +144,36 @@ pub static COMMANDS: &[Spec] = &[
     spec!("hlen", 2, RF, 1, 1, 1, Hash, "Returns the number of fields in a hash."),
     spec!("hkeys", 2, R, 1, 1, 1, Hash, "Returns all fields in a hash."),
     spec!("hvals", 2, R, 1, 1, 1, Hash, "Returns all values in a hash."),
+    spec!("getrange", 4, R, 1, 1, 1, String, "Returns a substring of the string stored at a key."),
+    spec!("setrange", 4, W, 1, 1, 1, String, "Overwrites a part of a string value with another by an offset."),
+    spec!("getex", -2, WF, 1, 1, 1, String, "Returns the string value of a key after setting its expiration time."),
+    spec!("incrbyfloat", 3, WF, 1, 1, 1, String, "Increment the floating point value of a key by a number."),
+    spec!("expire", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key in seconds."),
+    spec!("pexpire", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key in milliseconds."),
+    spec!("expireat", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key to a Unix timestamp."),
+    spec!("pexpireat", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key to a Unix ms timestamp."),
+    spec!("ttl", 2, RF, 1, 1, 1, Keyspace, "Returns the expiration time in seconds of a key."),
+    spec!("pttl", 2, RF, 1, 1, 1, Keyspace, "Returns the expiration time in milliseconds of a key."),
+    spec!("persist", 2, WF, 1, 1, 1, Keyspace, "Removes the expiration time of a key."),
+    spec!("rename", 3, WR, 1, 2, 1, Keyspace, "Renames a key and overwrites the destination."),
+    spec!("renamenx", 3, WF, 1, 2, 1, Keyspace, "Renames a key only when the target key name doesn't exist."),
+    spec!("copy", -3, W, 1, 2, 1, Keyspace, "Copies the value of a key to a new key (REPLACE)."),
+    spec!("flushdb", -1, WR, 0, 0, 0, Server, "Removes all keys from the current database."),
+    spec!("flushall", -1, WR, 0, 0, 0, Server, "Removes all keys from all databases."),
+    spec!("multi", 1, CONN, 0, 0, 0, Transaction, "Starts a transaction."),
+    spec!("exec", 1, CONN, 0, 0, 0, Transaction, "Executes all commands in a transaction."),
+    spec!("discard", 1, CONN, 0, 0, 0, Transaction, "Discards a transaction."),
+    spec!(
+        "watch",
+        -2,
+        CONN,
+        1,
+        -1,
+        1,
+        Transaction,
+        "Monitors changes to keys to determine the execution of a transaction."
+    ),
+    spec!("unwatch", 1, CONN, 0, 0, 0, Transaction, "Forgets about watched keys of a transaction."),
     spec!("ping", -1, CONN, 0, 0, 0, Connection, "Returns the server's liveliness response."),
     spec!("echo", 2, CONN, 0, 0, 0, Connection, "Returns the given string."),
     spec!("hello", -1, NOAUTH, 0, 0, 0, Connection, "Handshakes with the server (protocol version, AUTH, SETNAME)."),
@@ -262,6 +296,10 @@ pub enum Shape {
     Scan,
     /// KEYS: [keys].
     Keys,
+    /// TTL: milliseconds (or -1/-2) rounded to seconds.
+    TtlSecs,
+    /// WATCH: the versions are kept by the connection; the client gets OK.
+    Watch,
 }
 
 /// What a request becomes.
@@ -281,7 +319,7 @@ pub fn translate(args: &[Bytes], cursors: &Cursors) -> Translated {
     if !spec.arity_ok(args.len()) {
         return Translated::Reply(wrong_arity(spec.name));
     }
-    if spec.group.is_local() && spec.name != "dbsize" {
+    if spec.group.is_local() && !matches!(spec.name, "dbsize" | "flushdb" | "flushall" | "watch") {
         return Translated::Local(spec);
     }
     match data_op(spec.name, &args[1..], cursors) {
@@ -371,6 +409,57 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
         "hvals" => (Op::HashGetAll { key: key() }, PairValues),
         "hdel" => (Op::HashDelete { key: key(), fields: a[1..].to_vec() }, Int),
         "hlen" => (Op::HashLen { key: key() }, Int),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => (expire_op(name, a)?, Int),
+        "ttl" => (Op::Ttl { key: key() }, TtlSecs),
+        "pttl" => (Op::Ttl { key: key() }, Int),
+        "persist" => (Op::Persist { key: key() }, Int),
+        "getrange" => (Op::GetRange { key: key(), start: int_arg(&a[1])?, end: int_arg(&a[2])? }, Bulk),
+        "setrange" => {
+            let offset = int_arg(&a[1])?;
+            if offset < 0 {
+                return Err(RespValue::err("ERR offset is out of range"));
+            }
+            if offset as u128 + a[2].len() as u128 > 512 * 1024 * 1024 {
+                return Err(RespValue::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)"));
+            }
+            (Op::SetRange { key: key(), offset: offset as u64, value: a[2].clone() }, Int)
+        }
+        "getex" => (getex_op(a)?, Bulk),
+        "incrbyfloat" => {
+            if synod_core::kv::parse_f64(&a[1]).is_none() {
+                return Err(RespValue::err("ERR value is not a valid float"));
+            }
+            (Op::IncrByFloat { key: key(), by: a[1].clone() }, Bulk)
+        }
+        "rename" => (Op::Rename { from: key(), to: a[1].clone(), nx: false }, Done),
+        "renamenx" => (Op::Rename { from: key(), to: a[1].clone(), nx: true }, Int),
+        "copy" => {
+            let mut replace = false;
+            let mut i = 2;
+            while i < a.len() {
+                match &a[i].to_ascii_uppercase()[..] {
+                    b"REPLACE" => replace = true,
+                    b"DB" if i + 1 < a.len() => {
+                        if int_arg(&a[i + 1])? != 0 {
+                            return Err(RespValue::err("ERR DB index is out of range"));
+                        }
+                        i += 1;
+                    }
+                    _ => return Err(syntax_error()),
+                }
+                i += 1;
+            }
+            (Op::Copy { from: key(), to: a[1].clone(), replace }, Int)
+        }
+        "flushdb" | "flushall" => {
+            match a {
+                [] => {}
+                [mode] if mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async") => {}
+                _ => return Err(syntax_error()),
+            }
+            (Op::FlushAll, Done)
+        }
+        "watch" => (Op::Versions { keys: a.to_vec() }, Watch),
         other => return Err(RespValue::err(format!("ERR command '{other}' has no data translation"))),
     })
 }
@@ -417,6 +506,86 @@ fn set_op(a: &[Bytes]) -> Result<Op, RespValue> {
         Some(ttl_ms) => Op::SetWithTtl { key, value, cond, ttl_ms, get },
         None => Op::Set { key, value, cond, expire_at_ms: at, keep_ttl, get },
     })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// EXPIRE key seconds [NX | XX | GT | LT] (and PEXPIRE, EXPIREAT, PEXPIREAT), with Redis's
+/// order of checks: options, the number, overflow.
+fn expire_op(name: &str, a: &[Bytes]) -> Result<Op, RespValue> {
+    use synod_core::kv::ExpireCond as C;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &a[2..] {
+        match &opt.to_ascii_uppercase()[..] {
+            b"NX" => nx = true,
+            b"XX" => xx = true,
+            b"GT" => gt = true,
+            b"LT" => lt = true,
+            _ => return Err(RespValue::err(format!("ERR Unsupported option {}", String::from_utf8_lossy(opt)))),
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(RespValue::err("ERR NX and XX, GT or LT options at the same time are not compatible"));
+    }
+    if gt && lt {
+        return Err(RespValue::err("ERR GT and LT options at the same time are not compatible"));
+    }
+    let cond = if nx {
+        C::IfNone
+    } else if gt {
+        C::Greater
+    } else if lt {
+        C::Less
+    } else if xx {
+        C::IfSome
+    } else {
+        C::Always
+    };
+    let mut ms = int_arg(&a[1])?;
+    let invalid = || RespValue::err(format!("ERR invalid expire time in '{name}' command"));
+    if matches!(name, "expire" | "expireat") {
+        ms = ms.checked_mul(1000).ok_or_else(invalid)?;
+    }
+    let relative = matches!(name, "expire" | "pexpire");
+    if relative && ms > i64::MAX - now_ms() {
+        return Err(invalid());
+    }
+    Ok(Op::Expire { key: a[0].clone(), ms, relative, cond })
+}
+
+/// GETEX key [EX seconds | PX ms | EXAT ts | PXAT ts-ms | PERSIST]
+fn getex_op(a: &[Bytes]) -> Result<Op, RespValue> {
+    let mut expire = None;
+    let mut persist = false;
+    let mut i = 1;
+    while i < a.len() {
+        let opt = a[i].to_ascii_uppercase();
+        let unit = match &opt[..] {
+            b"EX" | b"EXAT" => 1000,
+            b"PX" | b"PXAT" => 1,
+            b"PERSIST" if expire.is_none() && !persist => {
+                persist = true;
+                i += 1;
+                continue;
+            }
+            _ => return Err(syntax_error()),
+        };
+        let (Some(n), None, false) = (a.get(i + 1), expire, persist) else { return Err(syntax_error()) };
+        let invalid = || RespValue::err("ERR invalid expire time in 'getex' command");
+        let n = int_arg(n)?;
+        if n <= 0 || (unit == 1000 && n > i64::MAX / 1000) {
+            return Err(invalid());
+        }
+        let relative = matches!(&opt[..], b"EX" | b"PX");
+        if relative && n * unit > i64::MAX - now_ms() {
+            return Err(invalid());
+        }
+        expire = Some((n * unit, relative));
+        i += 2;
+    }
+    Ok(Op::GetEx { key: a[0].clone(), expire, persist })
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count]
@@ -477,6 +646,8 @@ pub fn render(shape: Shape, result: OpResult, cursors: &Cursors) -> RespValue {
             V::Array(vec![V::text(cursor.to_string()), V::Array(keys.into_iter().map(V::Bulk).collect())])
         }
         (Shape::Keys, OpResult::Keys { keys, .. }) => V::Array(keys.into_iter().map(V::Bulk).collect()),
+        (Shape::TtlSecs, OpResult::Int(ms)) => V::Int(if ms < 0 { ms } else { (ms + 500) / 1000 }),
+        (Shape::Watch, OpResult::Versions(_)) => V::ok(),
         (shape, other) => V::err(format!("ERR internal error: result {other:?} does not fit {shape:?}")),
     }
 }
@@ -682,7 +853,7 @@ mod tests {
     fn every_command_has_a_consistent_table_row() {
         for s in COMMANDS {
             assert_eq!(lookup(s.name.to_uppercase().as_bytes()).map(|x| x.name), Some(s.name));
-            if !s.group.is_local() || s.name == "dbsize" {
+            if !s.group.is_local() || matches!(s.name, "dbsize" | "flushdb" | "flushall" | "watch") {
                 // Every data command translates with its minimal arguments.
                 let n = s.arity.unsigned_abs() as usize;
                 let mut a: Vec<Bytes> = vec![b(s.name)];
