@@ -19,8 +19,10 @@ import sys
 
 # Each case: (connection, mode, command words). Connection 1 or 2 (WATCH needs a second
 # client). Modes: "exact", "approx" (integers within 1500 of each other: PTTL), "set"
-# (arrays compared as multisets).
-E, A, S = "exact", "approx", "set"
+# (arrays compared as multisets: SMEMBERS order is Redis's hash order), "shape" (same type,
+# same array length, both null or both not: SPOP/SRANDMEMBER pick at random in Redis and by
+# the command's stamp in synod).
+E, A, S, H = "exact", "approx", "set", "shape"
 
 
 def c(*words, conn=1, mode=E):
@@ -216,6 +218,107 @@ CASES = [
     c("EXEC"),
     c("EXEC"),
     c("UNWATCH"),
+    # lists
+    c("LPOP", "l", 0),
+    c("LPOP", "l", 2),
+    c("LPUSHX", "l", "a"),
+    c("RPUSH", "l", "a", "b", "c"),
+    c("LPUSH", "l", "x", "y"),
+    c("LRANGE", "l", 0, -1),
+    c("LRANGE", "l", -2, 100),
+    c("LRANGE", "l", 3, 1),
+    c("LRANGE", "l", 0, -100),
+    c("LRANGE", "nosuch", 0, -1),
+    c("LRANGE", "l", "x", 1),
+    c("LLEN", "l"),
+    c("LLEN", "nosuch"),
+    c("LINDEX", "l", -1),
+    c("LINDEX", "l", 10),
+    c("LINDEX", "l", "x"),
+    c("LSET", "l", 1, "X"),
+    c("LSET", "l", 10, "X"),
+    c("LSET", "nosuch", 0, "X"),
+    c("LPOP", "l"),
+    c("RPOP", "l", 2),
+    c("LPOP", "l", 0),
+    c("LPOP", "l", -1),
+    c("LPOP", "l", "x"),
+    c("LRANGE", "l", 0, -1),
+    c("RPUSH", "r", "a", "b", "a", "c", "a"),
+    c("LREM", "r", -1, "a"),
+    c("LREM", "r", 1, "a"),
+    c("LRANGE", "r", 0, -1),
+    c("LREM", "r", 0, "a"),
+    c("LREM", "r", "x", "a"),
+    c("LTRIM", "r", 1, -1),
+    c("LRANGE", "r", 0, -1),
+    c("LTRIM", "nosuch", 0, 1),
+    c("RPUSH", "m", 1, 2, 3),
+    c("LMOVE", "m", "m", "LEFT", "RIGHT"),
+    c("LRANGE", "m", 0, -1),
+    c("LMOVE", "r", "m", "LEFT", "LEFT"),
+    c("LRANGE", "m", 0, -1),
+    c("EXISTS", "r"),
+    c("LMOVE", "m", "m2", "UP", "LEFT"),
+    c("LMOVE", "nosuch", "m2", "LEFT", "LEFT"),
+    c("TYPE", "m"),
+    c("SET", "str", "v"),
+    c("LPUSH", "str", "a"),
+    c("LPUSHX", "str", "a"),
+    c("LPOP", "str"),
+    c("LRANGE", "str", 0, -1),
+    c("LMOVE", "m", "str", "LEFT", "LEFT"),
+    c("LLEN", "m"),
+    c("GET", "m"),
+    c("MULTI"),
+    c("RPUSH", "q", "job1", "job2"),
+    c("LMOVE", "q", "work", "LEFT", "RIGHT"),
+    c("LRANGE", "work", 0, -1),
+    c("EXEC"),
+    c("RPOP", "m", 10),
+    c("EXISTS", "m"),
+    # sets
+    c("SADD", "st", "a", "b", "c", "a"),
+    c("SADD", "st", "c", "d"),
+    c("SMEMBERS", "st", mode=S),
+    c("SMEMBERS", "nosuch"),
+    c("SISMEMBER", "st", "a"),
+    c("SISMEMBER", "st", "z"),
+    c("SISMEMBER", "nosuch", "z"),
+    c("SCARD", "st"),
+    c("SCARD", "nosuch"),
+    c("SREM", "st", "d", "z"),
+    c("SADD", "st2", "b", "c", "x"),
+    c("SINTER", "st", "st2", mode=S),
+    c("SINTER", "st", "nosuch"),
+    c("SUNION", "st", "st2", "nosuch", mode=S),
+    c("SDIFF", "st", "st2", mode=S),
+    c("SDIFF", "nosuch", "st"),
+    c("SINTER", "st", "str"),
+    c("SUNION", "nosuch", "str"),
+    c("SADD", "str", "a"),
+    c("SMEMBERS", "str"),
+    c("TYPE", "st"),
+    c("SRANDMEMBER", "st", mode=H),
+    c("SRANDMEMBER", "st", 2, mode=H),
+    c("SRANDMEMBER", "st", 10, mode=H),
+    c("SRANDMEMBER", "st", -5, mode=H),
+    c("SRANDMEMBER", "st", 0),
+    c("SRANDMEMBER", "nosuch"),
+    c("SRANDMEMBER", "nosuch", 3),
+    c("SRANDMEMBER", "st", "x"),
+    c("SRANDMEMBER", "st", 1, 2),
+    c("SPOP", "st", mode=H),
+    c("SCARD", "st"),
+    c("SPOP", "st", 0),
+    c("SPOP", "st", -1),
+    c("SPOP", "st", 1, 2),
+    c("SPOP", "nosuch"),
+    c("SPOP", "nosuch", 2),
+    c("SPOP", "st", 10, mode=H),
+    c("EXISTS", "st"),
+    c("SREM", "st2", "b", "c", "x"),
+    c("EXISTS", "st2"),
     # FLUSHDB / FLUSHALL
     c("FLUSHDB", "BOGUS"),
     c("FLUSHDB", "ASYNC"),
@@ -272,6 +375,10 @@ class Conn:
 
 
 def same(mode, a, b):
+    if mode == H:
+        if a[0] != b[0] or (a[1] is None) != (b[1] is None):
+            return False
+        return a[0] != "*" or a[1] is None or len(a[1]) == len(b[1])
     if mode == A and a[0] == b[0] == ":":
         return abs(a[1] - b[1]) <= 1500
     if mode == S and a[0] == b[0] == "*" and a[1] is not None and b[1] is not None:

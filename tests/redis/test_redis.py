@@ -278,6 +278,31 @@ def test_expire_ttl_persist_and_key_commands(r, p):
     assert r.incrbyfloat(p + "f", 0.1) == 10.6
 
 
+def test_lists_and_sets(r, p):
+    q = p + "queue"
+    assert r.rpush(q, "a", "b", "c") == 3
+    assert r.lpush(q, "z") == 4
+    assert r.lrange(q, 0, -1) == ["z", "a", "b", "c"]
+    assert r.lmove(q, p + "work", "LEFT", "RIGHT") == "z"
+    assert r.lpop(q, 2) == ["a", "b"]
+    assert r.llen(q) == 1
+    assert r.rpop(q) == "c"
+    assert r.exists(q) == 0
+    s = p + "set"
+    assert r.sadd(s, "x", "y", "z") == 3
+    assert r.smembers(s) == {"x", "y", "z"}
+    assert r.sismember(s, "y")
+    # SPOP's choice is made by the state machine, so every replica removed the same member.
+    popped = r.spop(s)
+    assert popped in {"x", "y", "z"}
+    for port in PORTS:
+        c = client(port, decode_responses=True)
+        assert c.smembers(s) == {"x", "y", "z"} - {popped}
+        c.close()
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        r.lpush(s, "a")
+
+
 def test_scan_match_count_and_keys(r, p):
     want = {f"{p}user:{i}" for i in range(40)}
     r.mset({k: "v" for k in want})

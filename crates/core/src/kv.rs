@@ -8,7 +8,7 @@ use crate::params::Limits;
 use bytes::Bytes;
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
 /// Condition of a conditional set (Redis `SET … NX | XX`).
@@ -222,6 +222,112 @@ pub enum Op {
     },
     /// Delete every key (FLUSHDB/FLUSHALL).
     FlushAll,
+    /// Push values onto a list (LPUSH/RPUSH, at the head when `left`); with `only_existing`,
+    /// only onto an existing list (LPUSHX/RPUSHX). Returns the new length.
+    ListPush {
+        key: Bytes,
+        values: Vec<Bytes>,
+        left: bool,
+        only_existing: bool,
+    },
+    /// Pop from a list (LPOP/RPOP): one value (`count` None) or up to `count` values.
+    ListPop {
+        key: Bytes,
+        left: bool,
+        count: Option<u64>,
+    },
+    /// Elements `start..=stop` with Redis's index rules (LRANGE).
+    ListRange {
+        key: Bytes,
+        start: i64,
+        stop: i64,
+    },
+    /// Length of a list (LLEN).
+    ListLen {
+        key: Bytes,
+    },
+    /// Element at an index, negative from the end (LINDEX).
+    ListIndex {
+        key: Bytes,
+        index: i64,
+    },
+    /// Replace the element at an index (LSET).
+    ListSet {
+        key: Bytes,
+        index: i64,
+        value: Bytes,
+    },
+    /// Remove occurrences of a value (LREM): `count` > 0 from the head, < 0 from the tail,
+    /// 0 all. Returns how many were removed.
+    ListRemove {
+        key: Bytes,
+        count: i64,
+        value: Bytes,
+    },
+    /// Keep only `start..=stop` (LTRIM).
+    ListTrim {
+        key: Bytes,
+        start: i64,
+        stop: i64,
+    },
+    /// Add members to a set (SADD); returns how many were new.
+    SetAdd {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    /// Remove members from a set (SREM); returns how many were there.
+    SetRemove {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    /// All members, in byte order (SMEMBERS).
+    SetMembers {
+        key: Bytes,
+    },
+    /// Whether a member is in a set (SISMEMBER).
+    SetIsMember {
+        key: Bytes,
+        member: Bytes,
+    },
+    /// Number of members (SCARD).
+    SetCard {
+        key: Bytes,
+    },
+    /// Intersection, union or difference of sets (SINTER/SUNION/SDIFF); absent keys are
+    /// empty sets.
+    SetCombine {
+        keys: Vec<Bytes>,
+        kind: SetCombine,
+    },
+    /// Remove and return members (SPOP): one (`count` None) or up to `count`. Which ones is
+    /// decided by the command's stamp (see [`KvStore::apply_stamped`]), so every replica
+    /// removes the same members.
+    SetPop {
+        key: Bytes,
+        count: Option<u64>,
+    },
+    /// Members chosen like [`Op::SetPop`]'s, without removing them (SRANDMEMBER): one, or
+    /// `count` distinct ones (count > 0), or |count| possibly repeated ones (count < 0).
+    SetRandMember {
+        key: Bytes,
+        count: Option<i64>,
+    },
+    /// Pop from one end of `from` and push onto one end of `to`, atomically (LMOVE).
+    ListMove {
+        from: Bytes,
+        to: Bytes,
+        from_left: bool,
+        to_left: bool,
+    },
+}
+
+/// Which combination of sets [`Op::SetCombine`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SetCombine {
+    Inter,
+    Union,
+    /// The first set minus all the others.
+    Diff,
 }
 
 /// Condition of an expiry change (EXPIRE … NX | XX | GT | LT).
@@ -275,6 +381,15 @@ impl Op {
                 | Op::Rename { .. }
                 | Op::Copy { .. }
                 | Op::FlushAll
+                | Op::ListPush { .. }
+                | Op::ListPop { .. }
+                | Op::ListSet { .. }
+                | Op::ListRemove { .. }
+                | Op::ListTrim { .. }
+                | Op::ListMove { .. }
+                | Op::SetAdd { .. }
+                | Op::SetRemove { .. }
+                | Op::SetPop { .. }
         ) || matches!(self, Op::Multi { ops, .. } if ops.iter().any(Op::is_write))
     }
 
@@ -302,8 +417,26 @@ impl Op {
             | Op::GetRange { key, .. }
             | Op::SetRange { key, .. }
             | Op::GetEx { key, .. }
-            | Op::IncrByFloat { key, .. } => Footprint::Keys(vec![key]),
-            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } => Footprint::Keys(vec![from, to]),
+            | Op::IncrByFloat { key, .. }
+            | Op::ListPush { key, .. }
+            | Op::ListPop { key, .. }
+            | Op::ListRange { key, .. }
+            | Op::ListLen { key }
+            | Op::ListIndex { key, .. }
+            | Op::ListSet { key, .. }
+            | Op::ListRemove { key, .. }
+            | Op::ListTrim { key, .. }
+            | Op::SetAdd { key, .. }
+            | Op::SetRemove { key, .. }
+            | Op::SetMembers { key }
+            | Op::SetIsMember { key, .. }
+            | Op::SetCard { key }
+            | Op::SetPop { key, .. }
+            | Op::SetRandMember { key, .. } => Footprint::Keys(vec![key]),
+            Op::SetCombine { keys, .. } => Footprint::Keys(keys.iter().map(|k| &k[..]).collect()),
+            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
+                Footprint::Keys(vec![from, to])
+            }
             Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } | Op::Versions { keys } => {
                 Footprint::Keys(keys.iter().map(|k| &k[..]).collect())
             }
@@ -382,8 +515,29 @@ impl Op {
             | Op::GetRange { key, .. }
             | Op::SetRange { key, .. }
             | Op::GetEx { key, .. }
-            | Op::IncrByFloat { key, .. } => f(key),
-            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } => {
+            | Op::IncrByFloat { key, .. }
+            | Op::ListPush { key, .. }
+            | Op::ListPop { key, .. }
+            | Op::ListRange { key, .. }
+            | Op::ListLen { key }
+            | Op::ListIndex { key, .. }
+            | Op::ListSet { key, .. }
+            | Op::ListRemove { key, .. }
+            | Op::ListTrim { key, .. }
+            | Op::SetMembers { key }
+            | Op::SetCard { key }
+            | Op::SetPop { key, .. }
+            | Op::SetRandMember { key, .. } => f(key),
+            Op::SetAdd { key, members } | Op::SetRemove { key, members } => {
+                f(key);
+                members.iter().for_each(f);
+            }
+            Op::SetIsMember { key, member } => {
+                f(key);
+                f(member);
+            }
+            Op::SetCombine { keys, .. } => keys.iter().for_each(f),
+            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
                 f(from);
                 f(to);
             }
@@ -424,7 +578,10 @@ impl Op {
             | Op::SetWithTtl { value, .. }
             | Op::Append { value, .. }
             | Op::SetRange { value, .. }
-            | Op::IncrByFloat { by: value, .. } => f(value),
+            | Op::IncrByFloat { by: value, .. }
+            | Op::ListSet { value, .. }
+            | Op::ListRemove { value, .. } => f(value),
+            Op::ListPush { values, .. } => values.iter().for_each(f),
             Op::Cas { expect, new, .. } => {
                 expect.iter().for_each(&mut *f);
                 new.iter().for_each(f);
@@ -540,6 +697,8 @@ pub enum OpResult {
     Versions(Vec<u64>),
     /// Multi: the result of each operation, or None when a watched key had changed.
     Multi(Option<Vec<OpResult>>),
+    /// Elements (LRANGE, LPOP with a count; None = the key did not exist).
+    Items(Option<Vec<Bytes>>),
 }
 
 /// Redis's error for an operation on a key holding the wrong kind of value.
@@ -550,6 +709,8 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 pub enum Value {
     Str(Bytes),
     Hash(BTreeMap<Bytes, Bytes>),
+    List(VecDeque<Bytes>),
+    Set(BTreeSet<Bytes>),
 }
 
 impl Value {
@@ -557,6 +718,8 @@ impl Value {
         match self {
             Value::Str(b) => b.len(),
             Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len()).sum(),
+            Value::List(l) => l.iter().map(|v| v.len()).sum(),
+            Value::Set(m) => m.iter().map(|v| v.len()).sum(),
         }
     }
 }
@@ -670,6 +833,63 @@ impl KvStore {
             None => Ok(None),
             Some(Item { value: Value::Hash(h), .. }) => Ok(Some(h)),
             Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    fn list(&self, key: &[u8]) -> Result<Option<&VecDeque<Bytes>>, OpResult> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Item { value: Value::List(l), .. }) => Ok(Some(l)),
+            Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    fn set(&self, key: &[u8]) -> Result<Option<&BTreeSet<Bytes>>, OpResult> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Item { value: Value::Set(m), .. }) => Ok(Some(m)),
+            Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    /// Store a set under `key`, keeping the key's expiry; an empty set removes the key.
+    fn put_set(&mut self, key: &Bytes, m: BTreeSet<Bytes>) {
+        if m.is_empty() {
+            self.remove(key);
+        } else {
+            let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+            self.insert(key.clone(), Value::Set(m), ttl);
+        }
+    }
+
+    /// Deterministic "random" indexes below `len` for SPOP/SRANDMEMBER: a mix of the
+    /// command's stamp (the same on every replica) and the draw number.
+    fn pick(&self, draw: u64, len: usize) -> usize {
+        let mut h = self.stamp ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        (h % len.max(1) as u64) as usize
+    }
+
+    /// `n` distinct members chosen by [`KvStore::pick`].
+    fn pick_distinct(&self, m: &BTreeSet<Bytes>, n: usize) -> Vec<Bytes> {
+        let mut pool: Vec<Bytes> = m.iter().cloned().collect();
+        let mut out = Vec::with_capacity(n.min(pool.len()));
+        for draw in 0..n.min(pool.len()) {
+            let i = self.pick(draw as u64, pool.len());
+            out.push(pool.swap_remove(i));
+        }
+        out
+    }
+
+    /// Store a list under `key`, keeping the key's expiry; an empty list removes the key.
+    fn put_list(&mut self, key: &Bytes, l: VecDeque<Bytes>) {
+        if l.is_empty() {
+            self.remove(key);
+        } else {
+            let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+            self.insert(key.clone(), Value::List(l), ttl);
         }
     }
 
@@ -961,6 +1181,139 @@ impl KvStore {
                 self.bytes = 0;
                 OpResult::Done
             }
+            Op::ListPush { key, values, left, only_existing } => {
+                let Some(mut l) = self.list(key)?.cloned().or((!*only_existing).then(VecDeque::new)) else {
+                    return Ok(OpResult::Int(0));
+                };
+                for v in values {
+                    if *left {
+                        l.push_front(v.clone());
+                    } else {
+                        l.push_back(v.clone());
+                    }
+                }
+                let len = l.len() as i64;
+                self.put_list(key, l);
+                OpResult::Int(len)
+            }
+            Op::ListPop { key, left, count } => {
+                let Some(mut l) = self.list(key)?.cloned() else {
+                    return Ok(if count.is_some() { OpResult::Items(None) } else { OpResult::Value(None) });
+                };
+                let n = count.unwrap_or(1).min(l.len() as u64) as usize;
+                let popped: Vec<Bytes> =
+                    (0..n).filter_map(|_| if *left { l.pop_front() } else { l.pop_back() }).collect();
+                if n > 0 {
+                    self.put_list(key, l);
+                }
+                match count {
+                    None => OpResult::Value(popped.into_iter().next()),
+                    Some(_) => OpResult::Items(Some(popped)),
+                }
+            }
+            Op::ListSet { key, index, value } => {
+                let Some(mut l) = self.list(key)?.cloned() else { return Err(err("ERR no such key")) };
+                let i = if *index < 0 { l.len() as i64 + index } else { *index };
+                if i < 0 || i >= l.len() as i64 {
+                    return Err(err("ERR index out of range"));
+                }
+                l[i as usize] = value.clone();
+                self.put_list(key, l);
+                OpResult::Done
+            }
+            Op::ListRemove { key, count, value } => {
+                let Some(l) = self.list(key)?.cloned() else { return Ok(OpResult::Int(0)) };
+                let limit = if *count == 0 { usize::MAX } else { count.unsigned_abs().min(usize::MAX as u64) as usize };
+                let mut removed = 0;
+                let mut keep = |v: &Bytes| {
+                    if removed < limit && v == value {
+                        removed += 1;
+                        false
+                    } else {
+                        true
+                    }
+                };
+                let l: VecDeque<Bytes> = if *count >= 0 {
+                    l.into_iter().filter(|v| keep(v)).collect()
+                } else {
+                    let mut rev: VecDeque<Bytes> = l.into_iter().rev().filter(|v| keep(v)).collect();
+                    rev.make_contiguous().reverse();
+                    rev
+                };
+                if removed > 0 {
+                    self.put_list(key, l);
+                }
+                OpResult::Int(removed as i64)
+            }
+            Op::ListTrim { key, start, stop } => {
+                let Some(l) = self.list(key)?.cloned() else { return Ok(OpResult::Done) };
+                let kept: VecDeque<Bytes> = match list_range(*start, *stop, l.len()) {
+                    Some((s, e)) => l.into_iter().skip(s).take(e - s + 1).collect(),
+                    None => VecDeque::new(),
+                };
+                self.put_list(key, kept);
+                OpResult::Done
+            }
+            Op::ListMove { from, to, from_left, to_left } => {
+                let Some(mut src) = self.list(from)?.cloned() else { return Ok(OpResult::Value(None)) };
+                // The destination's type is checked before anything moves, as in Redis.
+                let dst = self.list(to)?.cloned();
+                let v = if *from_left { src.pop_front() } else { src.pop_back() };
+                let Some(v) = v else { return Ok(OpResult::Value(None)) };
+                if from == to {
+                    if *to_left {
+                        src.push_front(v.clone());
+                    } else {
+                        src.push_back(v.clone());
+                    }
+                    self.put_list(from, src);
+                    return Ok(OpResult::Value(Some(v)));
+                }
+                let mut dst = dst.unwrap_or_default();
+                if *to_left {
+                    dst.push_front(v.clone());
+                } else {
+                    dst.push_back(v.clone());
+                }
+                self.put_list(from, src);
+                self.put_list(to, dst);
+                OpResult::Value(Some(v))
+            }
+            Op::SetAdd { key, members } => {
+                let mut m = self.set(key)?.cloned().unwrap_or_default();
+                let added = members.iter().filter(|v| m.insert((*v).clone())).count() as i64;
+                if added > 0 {
+                    self.put_set(key, m);
+                }
+                OpResult::Int(added)
+            }
+            Op::SetRemove { key, members } => {
+                let Some(m) = self.set(key)? else { return Ok(OpResult::Int(0)) };
+                let mut m = m.clone();
+                let removed = members.iter().filter(|v| m.remove(*v)).count() as i64;
+                if removed > 0 {
+                    self.put_set(key, m);
+                }
+                OpResult::Int(removed)
+            }
+            Op::SetPop { key, count } => {
+                let Some(m) = self.set(key)? else {
+                    return Ok(if count.is_some() { OpResult::Items(Some(Vec::new())) } else { OpResult::Value(None) });
+                };
+                let n = count.unwrap_or(1).min(m.len() as u64) as usize;
+                let popped = self.pick_distinct(m, n);
+                let mut m = m.clone();
+                for v in &popped {
+                    m.remove(v);
+                }
+                if n > 0 {
+                    self.put_set(key, m);
+                }
+                match count {
+                    None => OpResult::Value(popped.into_iter().next()),
+                    Some(_) => OpResult::Items(Some(popped)),
+                }
+            }
             read => return self.read_inner(read, now_ms),
         })
     }
@@ -996,7 +1349,7 @@ impl KvStore {
                 let upper = if end.is_empty() { Bound::Unbounded } else { Bound::Excluded(end.clone()) };
                 let it = self.map.range((Bound::Included(start.clone()), upper)).filter_map(|(k, i)| match &i.value {
                     Value::Str(v) => Some((k.clone(), v.clone())),
-                    Value::Hash(_) => None,
+                    Value::Hash(_) | Value::List(_) | Value::Set(_) => None,
                 });
                 OpResult::Scan(if *limit == 0 { it.collect() } else { it.take(*limit as usize).collect() })
             }
@@ -1024,6 +1377,8 @@ impl KvStore {
                     None => "none",
                     Some(Item { value: Value::Str(_), .. }) => "string",
                     Some(Item { value: Value::Hash(_), .. }) => "hash",
+                    Some(Item { value: Value::List(_), .. }) => "list",
+                    Some(Item { value: Value::Set(_), .. }) => "set",
                 }
                 .into(),
             ),
@@ -1043,6 +1398,61 @@ impl KvStore {
                 OpResult::Keys { keys, next: if more { last } else { None } }
             }
             Op::DbSize => OpResult::Int(self.map.len() as i64),
+            Op::ListRange { key, start, stop } => {
+                let l = self.list(key)?;
+                let items = match (l, l.and_then(|l| list_range(*start, *stop, l.len()))) {
+                    (Some(l), Some((s, e))) => l.iter().skip(s).take(e - s + 1).cloned().collect(),
+                    _ => Vec::new(),
+                };
+                OpResult::Items(Some(items))
+            }
+            Op::ListLen { key } => OpResult::Int(self.list(key)?.map_or(0, |l| l.len() as i64)),
+            Op::ListIndex { key, index } => {
+                let l = self.list(key)?;
+                let v = l.and_then(|l| {
+                    let i = if *index < 0 { l.len() as i64 + index } else { *index };
+                    (i >= 0).then(|| l.get(i as usize).cloned()).flatten()
+                });
+                OpResult::Value(v)
+            }
+            Op::SetMembers { key } => {
+                OpResult::Items(Some(self.set(key)?.map(|m| m.iter().cloned().collect()).unwrap_or_default()))
+            }
+            Op::SetIsMember { key, member } => OpResult::Int(self.set(key)?.is_some_and(|m| m.contains(member)) as i64),
+            Op::SetCard { key } => OpResult::Int(self.set(key)?.map_or(0, |m| m.len() as i64)),
+            Op::SetCombine { keys, kind } => {
+                let mut sets = Vec::with_capacity(keys.len());
+                for k in keys {
+                    sets.push(self.set(k)?);
+                }
+                let empty = BTreeSet::new();
+                let mut sets = sets.into_iter().map(|s| s.unwrap_or(&empty));
+                let first = sets.next().cloned().unwrap_or_default();
+                let result: BTreeSet<Bytes> = match kind {
+                    SetCombine::Inter => sets.fold(first, |acc, s| acc.intersection(s).cloned().collect()),
+                    SetCombine::Union => sets.fold(first, |mut acc, s| {
+                        acc.extend(s.iter().cloned());
+                        acc
+                    }),
+                    SetCombine::Diff => sets.fold(first, |acc, s| acc.difference(s).cloned().collect()),
+                };
+                OpResult::Items(Some(result.into_iter().collect()))
+            }
+            Op::SetRandMember { key, count } => {
+                let m = self.set(key)?;
+                match (m, count) {
+                    (None, None) => OpResult::Value(None),
+                    (None, Some(_)) => OpResult::Items(Some(Vec::new())),
+                    (Some(m), None) => OpResult::Value(self.pick_distinct(m, 1).into_iter().next()),
+                    (Some(m), Some(n)) if *n >= 0 => OpResult::Items(Some(self.pick_distinct(m, *n as usize))),
+                    (Some(m), Some(n)) => {
+                        let pool: Vec<&Bytes> = m.iter().collect();
+                        OpResult::Items(Some(
+                            (0..n.unsigned_abs()).map(|d| pool[self.pick(d, pool.len())].clone()).collect(),
+                        ))
+                    }
+                }
+            }
             Op::Versions { keys } => OpResult::Versions(keys.iter().map(|k| self.version(k)).collect()),
             Op::Ttl { key } => OpResult::Int(match self.map.get(key) {
                 None => -2,
@@ -1080,6 +1490,18 @@ impl KvStore {
                         feed(v);
                     }
                 }
+                Value::List(l) => {
+                    feed(b"list");
+                    for v in l {
+                        feed(v);
+                    }
+                }
+                Value::Set(m) => {
+                    feed(b"set");
+                    for v in m {
+                        feed(v);
+                    }
+                }
             }
             feed(&item.expire_at_ms.unwrap_or(0).to_le_bytes());
             feed(&item.version.to_le_bytes());
@@ -1102,6 +1524,18 @@ pub fn redis_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
         return None;
     }
     Some((s as usize, e as usize))
+}
+
+/// Redis's index rules for LRANGE/LTRIM: negative indexes count from the end; empty when the
+/// start is past the end or after the stop (an end before the start of the list included).
+pub fn list_range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let stop = if stop < 0 { len + stop } else { stop.min(len - 1) };
+    if start > stop || start >= len {
+        return None;
+    }
+    Some((start as usize, stop as usize))
 }
 
 /// A float as Redis parses one (INCRBYFLOAT): no spaces, not NaN (infinities parse; adding
@@ -1660,5 +2094,139 @@ mod tests {
         assert_eq!(kv.size_bytes(), 0);
         assert_eq!(kv, KvStore::new());
         assert!(Op::FlushAll.interferes(&Op::Get { key: b("x") }));
+    }
+
+    #[test]
+    fn lists() {
+        let mut kv = KvStore::new();
+        let push = |k: &str, vs: &[&str], left, only_existing| Op::ListPush {
+            key: b(k),
+            values: vs.iter().map(|v| b(v)).collect(),
+            left,
+            only_existing,
+        };
+        let range = |kv: &mut KvStore, k: &str, start, stop| kv.apply0(&Op::ListRange { key: b(k), start, stop });
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| b(v)).collect()));
+        assert_eq!(kv.apply0(&push("l", &["a"], true, true)), OpResult::Int(0), "LPUSHX on nothing");
+        assert_eq!(kv.apply0(&push("l", &["a", "b", "c"], false, false)), OpResult::Int(3));
+        assert_eq!(kv.apply0(&push("l", &["x", "y"], true, false)), OpResult::Int(5));
+        assert_eq!(range(&mut kv, "l", 0, -1), items(&["y", "x", "a", "b", "c"]));
+        assert_eq!(range(&mut kv, "l", -2, 100), items(&["b", "c"]));
+        assert_eq!(range(&mut kv, "l", 3, 1), items(&[]));
+        assert_eq!(range(&mut kv, "l", 0, -100), items(&[]));
+        assert_eq!(range(&mut kv, "none", 0, -1), items(&[]));
+        assert_eq!(kv.apply0(&Op::ListLen { key: b("l") }), OpResult::Int(5));
+        assert_eq!(kv.apply0(&Op::ListIndex { key: b("l"), index: -1 }), OpResult::Value(Some(b("c"))));
+        assert_eq!(kv.apply0(&Op::ListIndex { key: b("l"), index: 5 }), OpResult::Value(None));
+        assert_eq!(kv.apply0(&Op::ListSet { key: b("l"), index: 1, value: b("X") }), OpResult::Done);
+        assert_eq!(
+            kv.apply0(&Op::ListSet { key: b("l"), index: 9, value: b("X") }),
+            OpResult::Error("ERR index out of range".into())
+        );
+        assert_eq!(
+            kv.apply0(&Op::ListSet { key: b("none"), index: 0, value: b("X") }),
+            OpResult::Error("ERR no such key".into())
+        );
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("l"), left: true, count: None }), OpResult::Value(Some(b("y"))));
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("l"), left: false, count: Some(2) }), items(&["c", "b"]));
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("none"), left: false, count: Some(2) }), OpResult::Items(None));
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("none"), left: false, count: None }), OpResult::Value(None));
+        // LREM from the head, from the tail, all.
+        kv.apply0(&push("r", &["a", "b", "a", "c", "a"], false, false));
+        assert_eq!(kv.apply0(&Op::ListRemove { key: b("r"), count: -1, value: b("a") }), OpResult::Int(1));
+        assert_eq!(range(&mut kv, "r", 0, -1), items(&["a", "b", "a", "c"]));
+        assert_eq!(kv.apply0(&Op::ListRemove { key: b("r"), count: 1, value: b("a") }), OpResult::Int(1));
+        assert_eq!(range(&mut kv, "r", 0, -1), items(&["b", "a", "c"]));
+        assert_eq!(kv.apply0(&Op::ListRemove { key: b("r"), count: 0, value: b("a") }), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::ListTrim { key: b("r"), start: 1, stop: -1 }), OpResult::Done);
+        assert_eq!(range(&mut kv, "r", 0, -1), items(&["c"]));
+        // LMOVE, including onto itself (rotation); an emptied list disappears.
+        kv.apply0(&push("m", &["1", "2", "3"], false, false));
+        let mv =
+            |from: &str, to: &str, from_left, to_left| Op::ListMove { from: b(from), to: b(to), from_left, to_left };
+        assert_eq!(kv.apply0(&mv("m", "m", true, false)), OpResult::Value(Some(b("1"))));
+        assert_eq!(range(&mut kv, "m", 0, -1), items(&["2", "3", "1"]));
+        assert_eq!(kv.apply0(&mv("r", "m", true, true)), OpResult::Value(Some(b("c"))));
+        assert_eq!(range(&mut kv, "m", 0, -1), items(&["c", "2", "3", "1"]));
+        assert_eq!(kv.apply0(&Op::Type { key: b("r") }), OpResult::Text("none".into()));
+        assert_eq!(kv.apply0(&Op::Type { key: b("m") }), OpResult::Text("list".into()));
+        // WRONGTYPE both ways, and LMOVE to a non-list moves nothing.
+        kv.apply0(&Op::Put { key: b("s"), value: b("v") });
+        assert_eq!(kv.apply0(&push("s", &["a"], true, false)), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::Get { key: b("m") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&mv("m", "s", true, true)), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::ListLen { key: b("m") }), OpResult::Int(4));
+        assert_eq!(kv.size_bytes(), 3 + 5 + 2, "l = [X, a], m = [c, 2, 3, 1], s = v");
+        // Footprints.
+        assert_eq!(mv("a", "b", true, true).footprint(), Footprint::Keys(vec![&b"a"[..], &b"b"[..]]));
+        assert!(mv("a", "b", true, true).is_write());
+        assert!(!Op::ListRange { key: b("a"), start: 0, stop: -1 }.is_write());
+        assert_eq!(push("k", &["vv", "w"], true, false).size(), 4);
+        // Snapshots carry lists.
+        let bytes = postcard::to_allocvec(&kv).unwrap();
+        let back: KvStore = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, kv);
+        assert_eq!(back.digest(), kv.digest());
+    }
+
+    #[test]
+    fn sets_with_deterministic_random_choices() {
+        let mut kv = KvStore::new();
+        let sadd = |k: &str, vs: &[&str]| Op::SetAdd { key: b(k), members: vs.iter().map(|v| b(v)).collect() };
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| b(v)).collect()));
+        assert_eq!(kv.apply0(&sadd("s", &["c", "a", "b", "a"])), OpResult::Int(3));
+        assert_eq!(kv.apply0(&sadd("s", &["a", "d"])), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::SetMembers { key: b("s") }), items(&["a", "b", "c", "d"]));
+        assert_eq!(kv.apply0(&Op::SetIsMember { key: b("s"), member: b("a") }), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::SetIsMember { key: b("s"), member: b("z") }), OpResult::Int(0));
+        assert_eq!(kv.apply0(&Op::SetCard { key: b("s") }), OpResult::Int(4));
+        assert_eq!(kv.apply0(&Op::SetRemove { key: b("s"), members: vec![b("d"), b("z")] }), OpResult::Int(1));
+        kv.apply0(&sadd("t", &["b", "c", "x"]));
+        let comb = |keys: &[&str], kind| Op::SetCombine { keys: keys.iter().map(|k| b(k)).collect(), kind };
+        assert_eq!(kv.apply0(&comb(&["s", "t"], SetCombine::Inter)), items(&["b", "c"]));
+        assert_eq!(kv.apply0(&comb(&["s", "t", "none"], SetCombine::Union)), items(&["a", "b", "c", "x"]));
+        assert_eq!(kv.apply0(&comb(&["s", "t"], SetCombine::Diff)), items(&["a"]));
+        assert_eq!(kv.apply0(&comb(&["s", "none"], SetCombine::Inter)), items(&[]));
+        kv.apply0(&Op::Put { key: b("str"), value: b("v") });
+        assert_eq!(kv.apply0(&comb(&["none", "str"], SetCombine::Inter)), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&sadd("str", &["a"])), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::Type { key: b("s") }), OpResult::Text("set".into()));
+        // SPOP / SRANDMEMBER: the choice is a function of the state and the command's stamp,
+        // so two replicas applying the same command choose alike; different stamps spread.
+        let pop = Op::SetPop { key: b("t"), count: Some(2) };
+        let (mut r1, mut r2) = (kv.clone(), kv.clone());
+        let a = r1.apply_stamped(&pop, 0, false, 77);
+        assert_eq!(a, r2.apply_stamped(&pop, 0, false, 77));
+        assert_eq!(r1, r2);
+        let OpResult::Items(Some(popped)) = a else { panic!("{a:?}") };
+        assert_eq!(popped.len(), 2);
+        assert_eq!(r1.apply0(&Op::SetCard { key: b("t") }), OpResult::Int(1));
+        let mut seen = BTreeSet::new();
+        for stamp in 1..50 {
+            if let OpResult::Value(Some(v)) =
+                kv.clone().apply_stamped(&Op::SetPop { key: b("t"), count: None }, 0, false, stamp)
+            {
+                seen.insert(v);
+            }
+        }
+        assert_eq!(seen.len(), 3, "every member gets picked by some stamp");
+        let rand = |count| Op::SetRandMember { key: b("s"), count };
+        let OpResult::Items(Some(distinct)) = kv.apply_stamped(&rand(Some(10)), 0, false, 5) else { panic!() };
+        assert_eq!(distinct.len(), 3);
+        assert_eq!(distinct.iter().collect::<BTreeSet<_>>().len(), 3);
+        let OpResult::Items(Some(repeated)) = kv.apply_stamped(&rand(Some(-7)), 0, false, 5) else { panic!() };
+        assert_eq!(repeated.len(), 7);
+        assert_eq!(kv.apply0(&Op::SetRandMember { key: b("none"), count: Some(3) }), items(&[]));
+        assert_eq!(kv.apply0(&Op::SetPop { key: b("none"), count: None }), OpResult::Value(None));
+        assert!(!rand(None).is_write());
+        assert!(pop.is_write());
+        // Popping everything removes the key.
+        let OpResult::Items(Some(all)) = kv.apply0(&Op::SetPop { key: b("t"), count: Some(10) }) else { panic!() };
+        assert_eq!(all.into_iter().collect::<BTreeSet<_>>(), [b("b"), b("c"), b("x")].into_iter().collect());
+        assert_eq!(kv.apply0(&Op::Exists { keys: vec![b("t")] }), OpResult::Int(0));
+        assert_eq!(comb(&["a", "b"], SetCombine::Union).footprint(), Footprint::Keys(vec![&b"a"[..], &b"b"[..]]));
+        assert_eq!(sadd("k", &["ab", "c"]).size(), 4);
+        let bytes = postcard::to_allocvec(&kv).unwrap();
+        assert_eq!(postcard::from_bytes::<KvStore>(&bytes).unwrap(), kv);
     }
 }

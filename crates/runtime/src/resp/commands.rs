@@ -19,6 +19,8 @@ use synod_core::{Op, OpResult};
 pub enum Group {
     String,
     Hash,
+    List,
+    Set,
     Keyspace,
     Connection,
     Server,
@@ -32,6 +34,8 @@ impl Group {
         match self {
             Group::String => "string",
             Group::Hash => "hash",
+            Group::List => "list",
+            Group::Set => "set",
             Group::Keyspace => "generic",
             Group::Connection => "connection",
             Group::Server => "server",
@@ -174,6 +178,47 @@ pub static COMMANDS: &[Spec] = &[
         "Monitors changes to keys to determine the execution of a transaction."
     ),
     spec!("unwatch", 1, CONN, 0, 0, 0, Transaction, "Forgets about watched keys of a transaction."),
+    spec!(
+        "lpush",
+        -3,
+        WF,
+        1,
+        1,
+        1,
+        List,
+        "Prepends one or more elements to a list. Creates the key if it doesn't exist."
+    ),
+    spec!(
+        "rpush",
+        -3,
+        WF,
+        1,
+        1,
+        1,
+        List,
+        "Appends one or more elements to a list. Creates the key if it doesn't exist."
+    ),
+    spec!("lpushx", -3, WF, 1, 1, 1, List, "Prepends one or more elements to a list only when the list exists."),
+    spec!("rpushx", -3, WF, 1, 1, 1, List, "Appends an element to a list only when the list exists."),
+    spec!("lpop", -2, WF, 1, 1, 1, List, "Returns the first elements in a list after removing it."),
+    spec!("rpop", -2, WF, 1, 1, 1, List, "Returns and removes the last elements of a list."),
+    spec!("lrange", 4, R, 1, 1, 1, List, "Returns a range of elements from a list."),
+    spec!("llen", 2, RF, 1, 1, 1, List, "Returns the length of a list."),
+    spec!("lindex", 3, R, 1, 1, 1, List, "Returns an element from a list by its index."),
+    spec!("lset", 4, W, 1, 1, 1, List, "Sets the value of an element in a list by its index."),
+    spec!("lrem", 4, WR, 1, 1, 1, List, "Removes elements from a list."),
+    spec!("ltrim", 4, WR, 1, 1, 1, List, "Removes elements from both ends a list."),
+    spec!("lmove", 5, W, 1, 2, 1, List, "Returns an element after popping it from one list and pushing it to another."),
+    spec!("sadd", -3, WF, 1, 1, 1, Set, "Adds one or more members to a set. Creates the key if it doesn't exist."),
+    spec!("srem", -3, WF, 1, 1, 1, Set, "Removes one or more members from a set."),
+    spec!("smembers", 2, R, 1, 1, 1, Set, "Returns all members of a set."),
+    spec!("sismember", 3, RF, 1, 1, 1, Set, "Determines whether a member belongs to a set."),
+    spec!("scard", 2, RF, 1, 1, 1, Set, "Returns the number of members in a set."),
+    spec!("sinter", -2, R, 1, -1, 1, Set, "Returns the intersect of multiple sets."),
+    spec!("sunion", -2, R, 1, -1, 1, Set, "Returns the union of multiple sets."),
+    spec!("sdiff", -2, R, 1, -1, 1, Set, "Returns the difference of multiple sets."),
+    spec!("spop", -2, WF, 1, 1, 1, Set, "Returns one or more random members from a set after removing them."),
+    spec!("srandmember", -2, R, 1, 1, 1, Set, "Get one or multiple random members from a set."),
     spec!("ping", -1, CONN, 0, 0, 0, Connection, "Returns the server's liveliness response."),
     spec!("echo", 2, CONN, 0, 0, 0, Connection, "Returns the given string."),
     spec!("hello", -1, NOAUTH, 0, 0, 0, Connection, "Handshakes with the server (protocol version, AUTH, SETNAME)."),
@@ -296,6 +341,8 @@ pub enum Shape {
     Scan,
     /// KEYS: [keys].
     Keys,
+    /// Elements: an array, or a null array when the key did not exist (LPOP with a count).
+    Items,
     /// TTL: milliseconds (or -1/-2) rounded to seconds.
     TtlSecs,
     /// WATCH: the versions are kept by the connection; the client gets OK.
@@ -460,6 +507,85 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
             (Op::FlushAll, Done)
         }
         "watch" => (Op::Versions { keys: a.to_vec() }, Watch),
+        "lpush" | "rpush" | "lpushx" | "rpushx" => (
+            Op::ListPush {
+                key: key(),
+                values: a[1..].to_vec(),
+                left: name.starts_with('l'),
+                only_existing: name.ends_with('x'),
+            },
+            Int,
+        ),
+        "lpop" | "rpop" => {
+            if a.len() > 2 {
+                return Err(wrong_arity(name));
+            }
+            let left = name == "lpop";
+            match a.get(1) {
+                None => (Op::ListPop { key: key(), left, count: None }, Bulk),
+                Some(n) => {
+                    let positive = || RespValue::err("ERR value is out of range, must be positive");
+                    let n = int_arg(n).map_err(|_| positive())?;
+                    if n < 0 {
+                        return Err(positive());
+                    }
+                    (Op::ListPop { key: key(), left, count: Some(n as u64) }, Items)
+                }
+            }
+        }
+        "sadd" => (Op::SetAdd { key: key(), members: a[1..].to_vec() }, Int),
+        "srem" => (Op::SetRemove { key: key(), members: a[1..].to_vec() }, Int),
+        "smembers" => (Op::SetMembers { key: key() }, Items),
+        "sismember" => (Op::SetIsMember { key: key(), member: a[1].clone() }, Int),
+        "scard" => (Op::SetCard { key: key() }, Int),
+        "sinter" | "sunion" | "sdiff" => {
+            let kind = match name {
+                "sinter" => synod_core::kv::SetCombine::Inter,
+                "sunion" => synod_core::kv::SetCombine::Union,
+                _ => synod_core::kv::SetCombine::Diff,
+            };
+            (Op::SetCombine { keys: a.to_vec(), kind }, Items)
+        }
+        "spop" => match a {
+            [_] => (Op::SetPop { key: key(), count: None }, Bulk),
+            [_, n] => {
+                let positive = || RespValue::err("ERR value is out of range, must be positive");
+                let n = int_arg(n).map_err(|_| positive())?;
+                if n < 0 {
+                    return Err(positive());
+                }
+                (Op::SetPop { key: key(), count: Some(n as u64) }, Items)
+            }
+            _ => return Err(syntax_error()),
+        },
+        "srandmember" => match a {
+            [_] => (Op::SetRandMember { key: key(), count: None }, Bulk),
+            [_, n] => {
+                let n = int_arg(n)?;
+                // A negative count repeats members: |count| replies whatever the set's size,
+                // so it is bounded (Redis streams any number).
+                if n < -MAX_RANDMEMBER_REPEATS {
+                    return Err(RespValue::err("ERR value is out of range"));
+                }
+                (Op::SetRandMember { key: key(), count: Some(n) }, Items)
+            }
+            _ => return Err(syntax_error()),
+        },
+        "lrange" => (Op::ListRange { key: key(), start: int_arg(&a[1])?, stop: int_arg(&a[2])? }, Items),
+        "llen" => (Op::ListLen { key: key() }, Int),
+        "lindex" => (Op::ListIndex { key: key(), index: int_arg(&a[1])? }, Bulk),
+        "lset" => (Op::ListSet { key: key(), index: int_arg(&a[1])?, value: a[2].clone() }, Done),
+        "lrem" => (Op::ListRemove { key: key(), count: int_arg(&a[1])?, value: a[2].clone() }, Int),
+        "ltrim" => (Op::ListTrim { key: key(), start: int_arg(&a[1])?, stop: int_arg(&a[2])? }, Done),
+        "lmove" => {
+            let side = |w: &Bytes| match &w.to_ascii_uppercase()[..] {
+                b"LEFT" => Ok(true),
+                b"RIGHT" => Ok(false),
+                _ => Err(syntax_error()),
+            };
+            let (from_left, to_left) = (side(&a[2])?, side(&a[3])?);
+            (Op::ListMove { from: key(), to: a[1].clone(), from_left, to_left }, Bulk)
+        }
         other => return Err(RespValue::err(format!("ERR command '{other}' has no data translation"))),
     })
 }
@@ -507,6 +633,9 @@ fn set_op(a: &[Bytes]) -> Result<Op, RespValue> {
         None => Op::Set { key, value, cond, expire_at_ms: at, keep_ttl, get },
     })
 }
+
+/// Largest |count| of SRANDMEMBER with a negative count.
+pub const MAX_RANDMEMBER_REPEATS: i64 = 1_000_000;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -646,6 +775,8 @@ pub fn render(shape: Shape, result: OpResult, cursors: &Cursors) -> RespValue {
             V::Array(vec![V::text(cursor.to_string()), V::Array(keys.into_iter().map(V::Bulk).collect())])
         }
         (Shape::Keys, OpResult::Keys { keys, .. }) => V::Array(keys.into_iter().map(V::Bulk).collect()),
+        (Shape::Items, OpResult::Items(Some(items))) => V::Array(items.into_iter().map(V::Bulk).collect()),
+        (Shape::Items, OpResult::Items(None)) => V::NullArray,
         (Shape::TtlSecs, OpResult::Int(ms)) => V::Int(if ms < 0 { ms } else { (ms + 500) / 1000 }),
         (Shape::Watch, OpResult::Versions(_)) => V::ok(),
         (shape, other) => V::err(format!("ERR internal error: result {other:?} does not fit {shape:?}")),
@@ -823,6 +954,46 @@ mod tests {
     }
 
     #[test]
+    fn expiry_lists_and_sets_translate_like_redis() {
+        use synod_core::kv::ExpireCond;
+        assert_eq!(
+            op("EXPIRE k 10 GT"),
+            Op::Expire { key: b("k"), ms: 10_000, relative: true, cond: ExpireCond::Greater }
+        );
+        assert_eq!(op("pexpireat k 5"), Op::Expire { key: b("k"), ms: 5, relative: false, cond: ExpireCond::Always });
+        assert_eq!(error("EXPIRE k 10 NX XX"), "ERR NX and XX, GT or LT options at the same time are not compatible");
+        assert_eq!(error("EXPIRE k 10 GT LT"), "ERR GT and LT options at the same time are not compatible");
+        assert_eq!(error("EXPIRE k 10 FOO"), "ERR Unsupported option FOO");
+        assert_eq!(error("EXPIRE k 9223372036854775807"), "ERR invalid expire time in 'expire' command");
+        assert_eq!(op("GETEX k PERSIST"), Op::GetEx { key: b("k"), expire: None, persist: true });
+        assert_eq!(op("GETEX k PX 5"), Op::GetEx { key: b("k"), expire: Some((5, true)), persist: false });
+        assert_eq!(error("GETEX k EX 0"), "ERR invalid expire time in 'getex' command");
+        assert_eq!(error("GETEX k EX 1 PERSIST"), "ERR syntax error");
+        assert_eq!(error("SETRANGE k -1 v"), "ERR offset is out of range");
+        assert_eq!(error("INCRBYFLOAT k abc"), "ERR value is not a valid float");
+        assert_eq!(error("COPY a b DB 1"), "ERR DB index is out of range");
+        assert_eq!(error("FLUSHALL LAZY"), "ERR syntax error");
+        assert_eq!(op("LPOP l"), Op::ListPop { key: b("l"), left: true, count: None });
+        assert_eq!(op("RPOP l 3"), Op::ListPop { key: b("l"), left: false, count: Some(3) });
+        assert_eq!(error("LPOP l -1"), "ERR value is out of range, must be positive");
+        assert_eq!(error("LPOP l 1 2"), "ERR wrong number of arguments for 'lpop' command");
+        assert_eq!(error("LMOVE a b UP LEFT"), "ERR syntax error");
+        assert_eq!(
+            op("RPUSHX l a b"),
+            Op::ListPush { key: b("l"), values: vec![b("a"), b("b")], left: false, only_existing: true }
+        );
+        assert_eq!(error("SPOP s 1 2"), "ERR syntax error");
+        assert_eq!(error("SPOP s x"), "ERR value is out of range, must be positive");
+        assert_eq!(error("SRANDMEMBER s -1000001"), "ERR value is out of range");
+        assert_eq!(op("SRANDMEMBER s -3"), Op::SetRandMember { key: b("s"), count: Some(-3) });
+        let c = Cursors::new(1);
+        assert_eq!(render(Shape::Items, OpResult::Items(None), &c), RespValue::NullArray);
+        assert_eq!(render(Shape::TtlSecs, OpResult::Int(1_499), &c), RespValue::Int(1));
+        assert_eq!(render(Shape::TtlSecs, OpResult::Int(1_500), &c), RespValue::Int(2));
+        assert_eq!(render(Shape::TtlSecs, OpResult::Int(-2), &c), RespValue::Int(-2));
+    }
+
+    #[test]
     fn rendering() {
         let c = Cursors::new(10);
         assert_eq!(render(Shape::Set, OpResult::Applied(false), &c), RespValue::Null);
@@ -857,9 +1028,14 @@ mod tests {
                 // Every data command translates with its minimal arguments.
                 let n = s.arity.unsigned_abs() as usize;
                 let mut a: Vec<Bytes> = vec![b(s.name)];
-                // "0" is a valid SCAN cursor, "1" a valid TTL, count, key or value.
+                // "0" is a valid SCAN cursor, "1" a valid TTL, count, key or value; LMOVE
+                // needs its two sides.
                 let arg = if s.name == "scan" { "0" } else { "1" };
                 a.extend((1..n).map(|_| b(arg)));
+                if s.name == "lmove" {
+                    a[3] = b("LEFT");
+                    a[4] = b("RIGHT");
+                }
                 let t = translate(&a, &Cursors::new(1));
                 assert!(matches!(t, Translated::Data { .. }), "{}: {t:?}", s.name);
             }
