@@ -270,6 +270,29 @@ pub enum Op {
         start: i64,
         stop: i64,
     },
+    /// Add to the integer in a hash field (HINCRBY); absent = 0.
+    HashIncrBy {
+        key: Bytes,
+        field: Bytes,
+        by: i64,
+    },
+    /// Add to the float in a hash field (HINCRBYFLOAT), like [`Op::IncrByFloat`].
+    HashIncrByFloat {
+        key: Bytes,
+        field: Bytes,
+        by: Bytes,
+    },
+    /// Set a hash field only if it is absent (HSETNX); 1 if set.
+    HashSetNx {
+        key: Bytes,
+        field: Bytes,
+        value: Bytes,
+    },
+    /// Length of a hash field's value (HSTRLEN); 0 if absent.
+    HashStrlen {
+        key: Bytes,
+        field: Bytes,
+    },
     /// Add members to a set (SADD); returns how many were new.
     SetAdd {
         key: Bytes,
@@ -390,6 +413,9 @@ impl Op {
                 | Op::SetAdd { .. }
                 | Op::SetRemove { .. }
                 | Op::SetPop { .. }
+                | Op::HashIncrBy { .. }
+                | Op::HashIncrByFloat { .. }
+                | Op::HashSetNx { .. }
         ) || matches!(self, Op::Multi { ops, .. } if ops.iter().any(Op::is_write))
     }
 
@@ -432,7 +458,11 @@ impl Op {
             | Op::SetIsMember { key, .. }
             | Op::SetCard { key }
             | Op::SetPop { key, .. }
-            | Op::SetRandMember { key, .. } => Footprint::Keys(vec![key]),
+            | Op::SetRandMember { key, .. }
+            | Op::HashIncrBy { key, .. }
+            | Op::HashIncrByFloat { key, .. }
+            | Op::HashSetNx { key, .. }
+            | Op::HashStrlen { key, .. } => Footprint::Keys(vec![key]),
             Op::SetCombine { keys, .. } => Footprint::Keys(keys.iter().map(|k| &k[..]).collect()),
             Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
                 Footprint::Keys(vec![from, to])
@@ -532,9 +562,13 @@ impl Op {
                 f(key);
                 members.iter().for_each(f);
             }
-            Op::SetIsMember { key, member } => {
+            Op::SetIsMember { key, member: field }
+            | Op::HashIncrBy { key, field, .. }
+            | Op::HashIncrByFloat { key, field, .. }
+            | Op::HashSetNx { key, field, .. }
+            | Op::HashStrlen { key, field } => {
                 f(key);
-                f(member);
+                f(field);
             }
             Op::SetCombine { keys, .. } => keys.iter().for_each(f),
             Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
@@ -580,7 +614,9 @@ impl Op {
             | Op::SetRange { value, .. }
             | Op::IncrByFloat { by: value, .. }
             | Op::ListSet { value, .. }
-            | Op::ListRemove { value, .. } => f(value),
+            | Op::ListRemove { value, .. }
+            | Op::HashIncrByFloat { by: value, .. }
+            | Op::HashSetNx { value, .. } => f(value),
             Op::ListPush { values, .. } => values.iter().for_each(f),
             Op::Cas { expect, new, .. } => {
                 expect.iter().for_each(&mut *f);
@@ -1142,7 +1178,7 @@ impl KvStore {
             }
             Op::IncrByFloat { key, by } => {
                 let current = self.string(key)?.cloned().unwrap_or_else(|| Bytes::from_static(b"0"));
-                let text = add_floats(&current, by)?;
+                let text = add_floats(&current, by, "ERR value is not a valid float")?;
                 self.set_string_keep_ttl(key, text.clone());
                 OpResult::Value(Some(text))
             }
@@ -1278,6 +1314,37 @@ impl KvStore {
                 self.put_list(from, src);
                 self.put_list(to, dst);
                 OpResult::Value(Some(v))
+            }
+            Op::HashIncrBy { key, field, by } => {
+                let mut h = self.hash(key)?.cloned().unwrap_or_default();
+                let current = match h.get(field) {
+                    None => 0,
+                    Some(v) => parse_i64(v).ok_or_else(|| err("ERR hash value is not an integer"))?,
+                };
+                let next = current.checked_add(*by).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+                h.insert(field.clone(), Bytes::from(next.to_string()));
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                self.insert(key.clone(), Value::Hash(h), ttl);
+                OpResult::Int(next)
+            }
+            Op::HashIncrByFloat { key, field, by } => {
+                let mut h = self.hash(key)?.cloned().unwrap_or_default();
+                let current = h.get(field).cloned().unwrap_or_else(|| Bytes::from_static(b"0"));
+                let text = add_floats(&current, by, "ERR hash value is not a float")?;
+                h.insert(field.clone(), text.clone());
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                self.insert(key.clone(), Value::Hash(h), ttl);
+                OpResult::Value(Some(text))
+            }
+            Op::HashSetNx { key, field, value } => {
+                let mut h = self.hash(key)?.cloned().unwrap_or_default();
+                if h.contains_key(field) {
+                    return Ok(OpResult::Int(0));
+                }
+                h.insert(field.clone(), value.clone());
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                self.insert(key.clone(), Value::Hash(h), ttl);
+                OpResult::Int(1)
             }
             Op::SetAdd { key, members } => {
                 let mut m = self.set(key)?.cloned().unwrap_or_default();
@@ -1419,6 +1486,9 @@ impl KvStore {
                 OpResult::Items(Some(self.set(key)?.map(|m| m.iter().cloned().collect()).unwrap_or_default()))
             }
             Op::SetIsMember { key, member } => OpResult::Int(self.set(key)?.is_some_and(|m| m.contains(member)) as i64),
+            Op::HashStrlen { key, field } => {
+                OpResult::Int(self.hash(key)?.and_then(|h| h.get(field)).map_or(0, |v| v.len() as i64))
+            }
             Op::SetCard { key } => OpResult::Int(self.set(key)?.map_or(0, |m| m.len() as i64)),
             Op::SetCombine { keys, kind } => {
                 let mut sets = Vec::with_capacity(keys.len());
@@ -1602,8 +1672,8 @@ fn format_decimal(n: i128) -> String {
 /// both numbers are decimals of at most 17 places (so `10.5 + 0.1` is `10.6` and `1.1 + 2.2`
 /// is `3.3`, as in Redis), else in f64, printed as the shortest text that reads back as the
 /// same number (where Redis's 80-bit arithmetic may print other trailing digits).
-fn add_floats(current: &[u8], by: &[u8]) -> Result<Bytes, OpResult> {
-    let cur = parse_f64(current).ok_or_else(|| err("ERR value is not a valid float"))?;
+fn add_floats(current: &[u8], by: &[u8], not_a_float: &str) -> Result<Bytes, OpResult> {
+    let cur = parse_f64(current).ok_or_else(|| err(not_a_float))?;
     let inc = parse_f64(by).ok_or_else(|| err("ERR value is not a valid float"))?;
     let sum = cur + inc;
     if !sum.is_finite() {
@@ -2228,5 +2298,33 @@ mod tests {
         assert_eq!(sadd("k", &["ab", "c"]).size(), 4);
         let bytes = postcard::to_allocvec(&kv).unwrap();
         assert_eq!(postcard::from_bytes::<KvStore>(&bytes).unwrap(), kv);
+    }
+
+    #[test]
+    fn hash_counters() {
+        let mut kv = KvStore::new();
+        let hincr = |f: &str, by| Op::HashIncrBy { key: b("h"), field: b(f), by };
+        let hfloat = |f: &str, by: &str| Op::HashIncrByFloat { key: b("h"), field: b(f), by: b(by) };
+        assert_eq!(kv.apply0(&hincr("n", 5)), OpResult::Int(5));
+        assert_eq!(kv.apply0(&hincr("n", -7)), OpResult::Int(-2));
+        assert_eq!(kv.apply0(&hfloat("f", "10.5")), OpResult::Value(Some(b("10.5"))));
+        assert_eq!(kv.apply0(&hfloat("f", "0.1")), OpResult::Value(Some(b("10.6"))));
+        assert_eq!(kv.apply0(&hincr("f", 1)), OpResult::Error("ERR hash value is not an integer".into()));
+        kv.apply0(&Op::HashSet { key: b("h"), pairs: vec![(b("s"), b("abc"))] });
+        assert_eq!(kv.apply0(&hfloat("s", "1")), OpResult::Error("ERR hash value is not a float".into()));
+        kv.apply0(&Op::HashSet { key: b("h"), pairs: vec![(b("m"), b(&i64::MAX.to_string()))] });
+        assert_eq!(kv.apply0(&hincr("m", 1)), OpResult::Error("ERR increment or decrement would overflow".into()));
+        let nx = |f: &str, v: &str| Op::HashSetNx { key: b("h"), field: b(f), value: b(v) };
+        assert_eq!(kv.apply0(&nx("s", "x")), OpResult::Int(0));
+        assert_eq!(kv.apply0(&nx("new", "x")), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::HashStrlen { key: b("h"), field: b("s") }), OpResult::Int(3));
+        assert_eq!(kv.apply0(&Op::HashStrlen { key: b("h"), field: b("zz") }), OpResult::Int(0));
+        assert_eq!(kv.apply0(&Op::HashStrlen { key: b("none"), field: b("zz") }), OpResult::Int(0));
+        kv.apply0(&Op::Put { key: b("str"), value: b("v") });
+        let wrong = Op::HashIncrBy { key: b("str"), field: b("f"), by: 1 };
+        assert_eq!(kv.apply0(&wrong), OpResult::Error(WRONGTYPE.into()));
+        assert!(hincr("n", 1).is_write() && nx("a", "b").is_write());
+        assert!(!Op::HashStrlen { key: b("h"), field: b("s") }.is_write());
+        assert_eq!(nx("ab", "cde").size(), 1 + 2 + 3);
     }
 }

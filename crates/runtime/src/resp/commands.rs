@@ -209,6 +209,10 @@ pub static COMMANDS: &[Spec] = &[
     spec!("lrem", 4, WR, 1, 1, 1, List, "Removes elements from a list."),
     spec!("ltrim", 4, WR, 1, 1, 1, List, "Removes elements from both ends a list."),
     spec!("lmove", 5, W, 1, 2, 1, List, "Returns an element after popping it from one list and pushing it to another."),
+    spec!("hincrby", 4, WF, 1, 1, 1, Hash, "Increments the integer value of a field in a hash by a number."),
+    spec!("hincrbyfloat", 4, WF, 1, 1, 1, Hash, "Increments the floating point value of a field by a number."),
+    spec!("hsetnx", 4, WF, 1, 1, 1, Hash, "Sets the value of a field in a hash only when the field doesn't exist."),
+    spec!("hstrlen", 3, RF, 1, 1, 1, Hash, "Returns the length of the value of a field."),
     spec!("sadd", -3, WF, 1, 1, 1, Set, "Adds one or more members to a set. Creates the key if it doesn't exist."),
     spec!("srem", -3, WF, 1, 1, 1, Set, "Removes one or more members from a set."),
     spec!("smembers", 2, R, 1, 1, 1, Set, "Returns all members of a set."),
@@ -533,6 +537,15 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
                 }
             }
         }
+        "hincrby" => (Op::HashIncrBy { key: key(), field: a[1].clone(), by: int_arg(&a[2])? }, Int),
+        "hincrbyfloat" => {
+            if synod_core::kv::parse_f64(&a[2]).is_none() {
+                return Err(RespValue::err("ERR value is not a valid float"));
+            }
+            (Op::HashIncrByFloat { key: key(), field: a[1].clone(), by: a[2].clone() }, Bulk)
+        }
+        "hsetnx" => (Op::HashSetNx { key: key(), field: a[1].clone(), value: a[2].clone() }, Int),
+        "hstrlen" => (Op::HashStrlen { key: key(), field: a[1].clone() }, Int),
         "sadd" => (Op::SetAdd { key: key(), members: a[1..].to_vec() }, Int),
         "srem" => (Op::SetRemove { key: key(), members: a[1..].to_vec() }, Int),
         "smembers" => (Op::SetMembers { key: key() }, Items),
