@@ -5,7 +5,11 @@
 # write. Builds the release binary, starts a 3-node `synod local` cluster on free ports in a
 # temp dir, stops everything on exit (also on failure), exits non-zero on any failure.
 #
-# Needs redis-cli/redis-benchmark (Debian: redis-tools) and python3 with redis + pytest.
+# Also compares synod's replies with a real redis-server's, command by command
+# (tests/redis/compat.py), through the leader and through a follower.
+#
+# Needs redis-cli/redis-benchmark (Debian: redis-tools), redis-server (Debian: redis-server)
+# and python3 with redis + pytest.
 # Env: CARGO_TARGET_DIR (default target), SYNOD_BIN (a built binary: skip the build), KEEP=1
 # keeps the temp dir.
 set -euo pipefail
@@ -13,8 +17,8 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 stamp() { echo "== redis-tests [$(($(date +%s) - start))s] $*"; }
 
-for tool in redis-cli redis-benchmark python3; do
-  command -v "$tool" >/dev/null || { echo "redis-tests: $tool is missing (apt-get install redis-tools)"; exit 1; }
+for tool in redis-cli redis-benchmark redis-server python3; do
+  command -v "$tool" >/dev/null || { echo "redis-tests: $tool is missing (apt-get install redis-tools redis-server)"; exit 1; }
 done
 python3 -c 'import redis, pytest' || { echo "redis-tests: python3 needs the redis and pytest modules"; exit 1; }
 
@@ -132,6 +136,23 @@ check() { # name expected actual
   fi
 }
 cli() { redis-cli -p "$p1" "$@" 2>&1; }
+
+stamp "replies compared with a real redis-server (tests/redis/compat.py)"
+# The oracle: a throwaway redis-server on a free port, no persistence. compat.py starts with
+# FLUSHALL on both sides, so it runs before the tests that leave data behind.
+rport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/redis-server.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for target in "leader:$(for port in ${ports//,/ }; do [[ $(role_of "$port") == leader ]] && echo "$port"; done | head -n 1)" \
+  "follower:$follower"; do
+  if python3 tests/redis/compat.py --redis "$rport" --synod "${target#*:}"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL synod's replies differ from redis-server's (through the ${target%%:*})"
+  fi
+done
 
 stamp "redis-cli round trips"
 k="cli:$RANDOM"

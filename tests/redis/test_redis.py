@@ -172,6 +172,137 @@ def test_pipeline_errors_in_place(r, p):
     assert out[2] == "1"
 
 
+def test_default_pipeline_is_an_atomic_transaction(r, p):
+    # redis-py's default pipeline() is transactional: MULTI, the commands, EXEC in one write.
+    pipe = r.pipeline()
+    pipe.set(p + "a", "1")
+    pipe.incr(p + "a")
+    pipe.hset(p + "h", "f", "v")
+    pipe.get(p + "a")
+    pipe.hget(p + "a", "f")  # WRONGTYPE inside EXEC's array, the rest still applied
+    out = pipe.execute(raise_on_error=False)
+    assert out[:4] == [True, 2, 1, "2"]
+    assert isinstance(out[4], redis.ResponseError) and str(out[4]).startswith("WRONGTYPE")
+    # An unknown command at queue time aborts the whole transaction (EXECABORT).
+    pipe = r.pipeline()
+    pipe.set(p + "b", "x")
+    pipe.execute_command("NOSUCHCOMMAND")
+    with pytest.raises(redis.ResponseError):
+        pipe.execute()
+    assert r.exists(p + "b") == 0
+
+
+def test_watch_optimistic_locking(r, p):
+    k = p + "counter"
+    r.set(k, "10")
+    other = client(PORTS[1], decode_responses=True)  # another replica, another client
+    # Untouched since WATCH: the transaction applies.
+    with r.pipeline() as pipe:
+        pipe.watch(k)
+        current = int(pipe.get(k))
+        pipe.multi()
+        pipe.set(k, str(current + 1))
+        assert pipe.execute() == [True]
+    assert r.get(k) == "11"
+    # Changed by another client (through another replica) between WATCH and EXEC: aborted.
+    with r.pipeline() as pipe:
+        pipe.watch(k)
+        current = int(pipe.get(k))
+        other.set(k, "100")
+        pipe.multi()
+        pipe.set(k, str(current + 1))
+        with pytest.raises(redis.WatchError):
+            pipe.execute()
+    assert r.get(k) == "100"
+
+    # The usual retry loop: concurrent increments through two replicas lose no update.
+    def incr(c):
+        def step(pipe):
+            v = int(pipe.get(k))
+            pipe.multi()
+            pipe.set(k, str(v + 1))
+
+        c.transaction(step, k)
+
+    for _ in range(20):
+        incr(r)
+        incr(other)
+    assert r.get(k) == "140"
+    other.close()
+
+
+def test_watch_pipelined_with_exec(r, p):
+    # WATCH, MULTI, the commands and EXEC in one write (raw socket: redis-py runs WATCH
+    # alone). EXEC needs the versions WATCH reads through the log, so the connection waits
+    # for them before EXEC; the replies stay in request order.
+    import socket
+
+    k = (p + "w").encode()
+    r.set(k, "1")
+    words = [[b"WATCH", k], [b"MULTI"], [b"INCR", k], [b"EXEC"], [b"GET", k]]
+    req = b"".join(b"*%d\r\n" % len(w) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in w) for w in words)
+    want = b"+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n$1\r\n2\r\n"
+    with socket.create_connection(("127.0.0.1", PORTS[0]), timeout=30) as s:
+        s.sendall(req)
+        got = b""
+        while len(got) < len(want):
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+    assert got == want
+
+
+def test_expire_ttl_persist_and_key_commands(r, p):
+    k = p + "k"
+    r.set(k, "v")
+    assert r.ttl(k) == -1
+    assert r.expire(k, 100) is True
+    assert 99 <= r.ttl(k) <= 100
+    assert 90_000 < r.pttl(k) <= 100_000
+    assert r.persist(k) is True
+    assert r.ttl(k) == -1
+    assert r.pexpire(k, 300) is True
+    time.sleep(0.8)
+    assert r.get(k) is None
+    assert r.ttl(k) == -2
+    r.set(k, "hello world")
+    assert r.getrange(k, 0, 4) == "hello"
+    assert r.setrange(k, 6, "redis") == 11
+    assert r.getex(k, ex=50) == "hello redis"
+    assert 49 <= r.ttl(k) <= 50
+    assert r.rename(k, p + "k2") is True
+    assert 49 <= r.ttl(p + "k2") <= 50
+    assert r.copy(p + "k2", p + "k3") is True
+    assert r.get(p + "k3") == "hello redis"
+    assert r.incrbyfloat(p + "f", 10.5) == 10.5
+    assert r.incrbyfloat(p + "f", 0.1) == 10.6
+
+
+def test_lists_and_sets(r, p):
+    q = p + "queue"
+    assert r.rpush(q, "a", "b", "c") == 3
+    assert r.lpush(q, "z") == 4
+    assert r.lrange(q, 0, -1) == ["z", "a", "b", "c"]
+    assert r.lmove(q, p + "work", "LEFT", "RIGHT") == "z"
+    assert r.lpop(q, 2) == ["a", "b"]
+    assert r.llen(q) == 1
+    assert r.rpop(q) == "c"
+    assert r.exists(q) == 0
+    s = p + "set"
+    assert r.sadd(s, "x", "y", "z") == 3
+    assert r.smembers(s) == {"x", "y", "z"}
+    assert r.sismember(s, "y")
+    # SPOP's choice is made by the state machine, so every replica removed the same member.
+    popped = r.spop(s)
+    assert popped in {"x", "y", "z"}
+    for port in PORTS:
+        c = client(port, decode_responses=True)
+        assert c.smembers(s) == {"x", "y", "z"} - {popped}
+        c.close()
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        r.lpush(s, "a")
+
+
 def test_scan_match_count_and_keys(r, p):
     want = {f"{p}user:{i}" for i in range(40)}
     r.mset({k: "v" for k in want})

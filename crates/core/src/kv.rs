@@ -8,7 +8,7 @@ use crate::params::Limits;
 use bytes::Bytes;
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
 /// Condition of a conditional set (Redis `SET … NX | XX`).
@@ -151,6 +151,220 @@ pub enum Op {
         ttl_ms: u64,
         get: bool,
     },
+    /// The modification versions of keys (WATCH): 0 for an absent key. A key's version is
+    /// the stamp of the last command that wrote it ([`KvStore::apply_stamped`]), unique per
+    /// command, so a delete-and-recreate is a change too.
+    Versions {
+        keys: Vec<Bytes>,
+    },
+    /// A transaction (MULTI/EXEC): the operations run in order, atomically (one log entry).
+    /// If a key of `watch` no longer has the version given (WATCH … EXEC), nothing runs and
+    /// the result is `Multi(None)`. A failing operation gives its error and the others still
+    /// run, as in Redis.
+    Multi {
+        ops: Vec<Op>,
+        watch: Vec<(Bytes, u64)>,
+    },
+    /// Set a key's expiry (EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT): `ms` is relative to the
+    /// state-machine clock when `relative`, else an absolute time. A time at or before the
+    /// clock deletes the key. Returns 1 if set (or deleted), 0 if the key is absent or `cond`
+    /// does not hold.
+    Expire {
+        key: Bytes,
+        ms: i64,
+        relative: bool,
+        cond: ExpireCond,
+    },
+    /// Remaining time to live in ms (TTL/PTTL): -2 absent, -1 no expiry.
+    Ttl {
+        key: Bytes,
+    },
+    /// Remove a key's expiry (PERSIST): 1 if it had one.
+    Persist {
+        key: Bytes,
+    },
+    /// Substring of a string value with Redis's index rules (GETRANGE); "" if absent.
+    GetRange {
+        key: Bytes,
+        start: i64,
+        end: i64,
+    },
+    /// Overwrite part of a string value, zero-padding (SETRANGE); returns the new length.
+    SetRange {
+        key: Bytes,
+        offset: u64,
+        value: Bytes,
+    },
+    /// Get a string value and change its expiry (GETEX): `expire` as in [`Op::Expire`]
+    /// (`(ms, relative)`), or remove it with `persist`.
+    GetEx {
+        key: Bytes,
+        expire: Option<(i64, bool)>,
+        persist: bool,
+    },
+    /// Add a float to a string value (INCRBYFLOAT); `by` is the number's text as the client
+    /// sent it (checked by the front end), so the sum can be exact in decimal.
+    IncrByFloat {
+        key: Bytes,
+        by: Bytes,
+    },
+    /// Move a key's value and expiry to another key (RENAME, RENAMENX with `nx`).
+    Rename {
+        from: Bytes,
+        to: Bytes,
+        nx: bool,
+    },
+    /// Copy a key's value and expiry (COPY [REPLACE]); 1 if copied.
+    Copy {
+        from: Bytes,
+        to: Bytes,
+        replace: bool,
+    },
+    /// Delete every key (FLUSHDB/FLUSHALL).
+    FlushAll,
+    /// Push values onto a list (LPUSH/RPUSH, at the head when `left`); with `only_existing`,
+    /// only onto an existing list (LPUSHX/RPUSHX). Returns the new length.
+    ListPush {
+        key: Bytes,
+        values: Vec<Bytes>,
+        left: bool,
+        only_existing: bool,
+    },
+    /// Pop from a list (LPOP/RPOP): one value (`count` None) or up to `count` values.
+    ListPop {
+        key: Bytes,
+        left: bool,
+        count: Option<u64>,
+    },
+    /// Elements `start..=stop` with Redis's index rules (LRANGE).
+    ListRange {
+        key: Bytes,
+        start: i64,
+        stop: i64,
+    },
+    /// Length of a list (LLEN).
+    ListLen {
+        key: Bytes,
+    },
+    /// Element at an index, negative from the end (LINDEX).
+    ListIndex {
+        key: Bytes,
+        index: i64,
+    },
+    /// Replace the element at an index (LSET).
+    ListSet {
+        key: Bytes,
+        index: i64,
+        value: Bytes,
+    },
+    /// Remove occurrences of a value (LREM): `count` > 0 from the head, < 0 from the tail,
+    /// 0 all. Returns how many were removed.
+    ListRemove {
+        key: Bytes,
+        count: i64,
+        value: Bytes,
+    },
+    /// Keep only `start..=stop` (LTRIM).
+    ListTrim {
+        key: Bytes,
+        start: i64,
+        stop: i64,
+    },
+    /// Add to the integer in a hash field (HINCRBY); absent = 0.
+    HashIncrBy {
+        key: Bytes,
+        field: Bytes,
+        by: i64,
+    },
+    /// Add to the float in a hash field (HINCRBYFLOAT), like [`Op::IncrByFloat`].
+    HashIncrByFloat {
+        key: Bytes,
+        field: Bytes,
+        by: Bytes,
+    },
+    /// Set a hash field only if it is absent (HSETNX); 1 if set.
+    HashSetNx {
+        key: Bytes,
+        field: Bytes,
+        value: Bytes,
+    },
+    /// Length of a hash field's value (HSTRLEN); 0 if absent.
+    HashStrlen {
+        key: Bytes,
+        field: Bytes,
+    },
+    /// Add members to a set (SADD); returns how many were new.
+    SetAdd {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    /// Remove members from a set (SREM); returns how many were there.
+    SetRemove {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    /// All members, in byte order (SMEMBERS).
+    SetMembers {
+        key: Bytes,
+    },
+    /// Whether a member is in a set (SISMEMBER).
+    SetIsMember {
+        key: Bytes,
+        member: Bytes,
+    },
+    /// Number of members (SCARD).
+    SetCard {
+        key: Bytes,
+    },
+    /// Intersection, union or difference of sets (SINTER/SUNION/SDIFF); absent keys are
+    /// empty sets.
+    SetCombine {
+        keys: Vec<Bytes>,
+        kind: SetCombine,
+    },
+    /// Remove and return members (SPOP): one (`count` None) or up to `count`. Which ones is
+    /// decided by the command's stamp (see [`KvStore::apply_stamped`]), so every replica
+    /// removes the same members.
+    SetPop {
+        key: Bytes,
+        count: Option<u64>,
+    },
+    /// Members chosen like [`Op::SetPop`]'s, without removing them (SRANDMEMBER): one, or
+    /// `count` distinct ones (count > 0), or |count| possibly repeated ones (count < 0).
+    SetRandMember {
+        key: Bytes,
+        count: Option<i64>,
+    },
+    /// Pop from one end of `from` and push onto one end of `to`, atomically (LMOVE).
+    ListMove {
+        from: Bytes,
+        to: Bytes,
+        from_left: bool,
+        to_left: bool,
+    },
+}
+
+/// Which combination of sets [`Op::SetCombine`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SetCombine {
+    Inter,
+    Union,
+    /// The first set minus all the others.
+    Diff,
+}
+
+/// Condition of an expiry change (EXPIRE … NX | XX | GT | LT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ExpireCond {
+    Always,
+    /// Only if the key has no expiry.
+    IfNone,
+    /// Only if the key has an expiry.
+    IfSome,
+    /// Only if the new expiry is later than the current one (no expiry = infinitely late).
+    Greater,
+    /// Only if the new expiry is earlier than the current one (no expiry = infinitely late).
+    Less,
 }
 
 /// What an operation touches, for interference checks.
@@ -182,7 +396,27 @@ impl Op {
                 | Op::GetDel { .. }
                 | Op::HashSet { .. }
                 | Op::HashDelete { .. }
-        )
+                | Op::Expire { .. }
+                | Op::Persist { .. }
+                | Op::SetRange { .. }
+                | Op::GetEx { .. }
+                | Op::IncrByFloat { .. }
+                | Op::Rename { .. }
+                | Op::Copy { .. }
+                | Op::FlushAll
+                | Op::ListPush { .. }
+                | Op::ListPop { .. }
+                | Op::ListSet { .. }
+                | Op::ListRemove { .. }
+                | Op::ListTrim { .. }
+                | Op::ListMove { .. }
+                | Op::SetAdd { .. }
+                | Op::SetRemove { .. }
+                | Op::SetPop { .. }
+                | Op::HashIncrBy { .. }
+                | Op::HashIncrByFloat { .. }
+                | Op::HashSetNx { .. }
+        ) || matches!(self, Op::Multi { ops, .. } if ops.iter().any(Op::is_write))
     }
 
     pub fn footprint(&self) -> Footprint<'_> {
@@ -202,14 +436,62 @@ impl Op {
             | Op::HashGetAll { key }
             | Op::HashDelete { key, .. }
             | Op::HashLen { key }
-            | Op::Type { key } => Footprint::Keys(vec![key]),
-            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } => {
+            | Op::Type { key }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::Persist { key }
+            | Op::GetRange { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::GetEx { key, .. }
+            | Op::IncrByFloat { key, .. }
+            | Op::ListPush { key, .. }
+            | Op::ListPop { key, .. }
+            | Op::ListRange { key, .. }
+            | Op::ListLen { key }
+            | Op::ListIndex { key, .. }
+            | Op::ListSet { key, .. }
+            | Op::ListRemove { key, .. }
+            | Op::ListTrim { key, .. }
+            | Op::SetAdd { key, .. }
+            | Op::SetRemove { key, .. }
+            | Op::SetMembers { key }
+            | Op::SetIsMember { key, .. }
+            | Op::SetCard { key }
+            | Op::SetPop { key, .. }
+            | Op::SetRandMember { key, .. }
+            | Op::HashIncrBy { key, .. }
+            | Op::HashIncrByFloat { key, .. }
+            | Op::HashSetNx { key, .. }
+            | Op::HashStrlen { key, .. } => Footprint::Keys(vec![key]),
+            Op::SetCombine { keys, .. } => Footprint::Keys(keys.iter().map(|k| &k[..]).collect()),
+            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
+                Footprint::Keys(vec![from, to])
+            }
+            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } | Op::Versions { keys } => {
                 Footprint::Keys(keys.iter().map(|k| &k[..]).collect())
             }
             Op::MultiPut { pairs } => Footprint::Keys(pairs.iter().map(|(k, _)| &k[..]).collect()),
             Op::Scan { start, end, .. } => Footprint::Range { start, end },
-            Op::KeyScan { .. } | Op::DbSize => Footprint::All,
+            Op::KeyScan { .. } | Op::DbSize | Op::FlushAll => Footprint::All,
             Op::Noop => Footprint::None,
+            Op::Multi { ops, watch } => {
+                // The union of the parts and the watched keys; a range or the whole key
+                // space in any part makes the whole transaction a whole-keyspace operation
+                // (conservative: it then interferes with everything, which is safe).
+                let mut keys: Vec<&[u8]> = watch.iter().map(|(k, _)| &k[..]).collect();
+                for op in ops {
+                    match op.footprint() {
+                        Footprint::None => {}
+                        Footprint::Keys(ks) => keys.extend(ks),
+                        Footprint::Range { .. } | Footprint::All => return Footprint::All,
+                    }
+                }
+                if keys.is_empty() {
+                    Footprint::None
+                } else {
+                    Footprint::Keys(keys)
+                }
+            }
         }
     }
 
@@ -237,12 +519,12 @@ impl Op {
     /// Approximate size in bytes (for batching limits and bandwidth accounting).
     pub fn size(&self) -> usize {
         let mut n = 0;
-        self.for_each_key(|k| n += k.len());
-        self.for_each_value(|v| n += v.len());
+        self.for_each_key(&mut |k| n += k.len());
+        self.for_each_value(&mut |v| n += v.len());
         n
     }
 
-    fn for_each_key(&self, mut f: impl FnMut(&Bytes)) {
+    fn for_each_key(&self, f: &mut dyn FnMut(&Bytes)) {
         match self {
             Op::Get { key }
             | Op::Put { key, .. }
@@ -256,7 +538,43 @@ impl Op {
             | Op::GetDel { key }
             | Op::HashGetAll { key }
             | Op::HashLen { key }
-            | Op::Type { key } => f(key),
+            | Op::Type { key }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::Persist { key }
+            | Op::GetRange { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::GetEx { key, .. }
+            | Op::IncrByFloat { key, .. }
+            | Op::ListPush { key, .. }
+            | Op::ListPop { key, .. }
+            | Op::ListRange { key, .. }
+            | Op::ListLen { key }
+            | Op::ListIndex { key, .. }
+            | Op::ListSet { key, .. }
+            | Op::ListRemove { key, .. }
+            | Op::ListTrim { key, .. }
+            | Op::SetMembers { key }
+            | Op::SetCard { key }
+            | Op::SetPop { key, .. }
+            | Op::SetRandMember { key, .. } => f(key),
+            Op::SetAdd { key, members } | Op::SetRemove { key, members } => {
+                f(key);
+                members.iter().for_each(f);
+            }
+            Op::SetIsMember { key, member: field }
+            | Op::HashIncrBy { key, field, .. }
+            | Op::HashIncrByFloat { key, field, .. }
+            | Op::HashSetNx { key, field, .. }
+            | Op::HashStrlen { key, field } => {
+                f(key);
+                f(field);
+            }
+            Op::SetCombine { keys, .. } => keys.iter().for_each(f),
+            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
+                f(from);
+                f(to);
+            }
             Op::HashSet { key, pairs } => {
                 f(key);
                 pairs.iter().for_each(|(field, _)| f(field));
@@ -265,7 +583,13 @@ impl Op {
                 f(key);
                 fields.iter().for_each(f);
             }
-            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } => keys.iter().for_each(f),
+            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } | Op::Versions { keys } => {
+                keys.iter().for_each(f)
+            }
+            Op::Multi { ops, watch } => {
+                watch.iter().for_each(|(k, _)| f(k));
+                ops.iter().for_each(|op| op.for_each_key(f));
+            }
             Op::MultiPut { pairs } => pairs.iter().for_each(|(k, _)| f(k)),
             Op::Scan { start, end, .. } => {
                 f(start);
@@ -277,20 +601,29 @@ impl Op {
                     f(p);
                 }
             }
-            Op::Noop | Op::DbSize => {}
+            Op::Noop | Op::DbSize | Op::FlushAll => {}
         }
     }
 
-    fn for_each_value(&self, mut f: impl FnMut(&Bytes)) {
+    fn for_each_value(&self, f: &mut dyn FnMut(&Bytes)) {
         match self {
-            Op::Put { value, .. } | Op::Set { value, .. } | Op::SetWithTtl { value, .. } | Op::Append { value, .. } => {
-                f(value)
-            }
+            Op::Put { value, .. }
+            | Op::Set { value, .. }
+            | Op::SetWithTtl { value, .. }
+            | Op::Append { value, .. }
+            | Op::SetRange { value, .. }
+            | Op::IncrByFloat { by: value, .. }
+            | Op::ListSet { value, .. }
+            | Op::ListRemove { value, .. }
+            | Op::HashIncrByFloat { by: value, .. }
+            | Op::HashSetNx { value, .. } => f(value),
+            Op::ListPush { values, .. } => values.iter().for_each(f),
             Op::Cas { expect, new, .. } => {
-                expect.iter().for_each(&mut f);
+                expect.iter().for_each(&mut *f);
                 new.iter().for_each(f);
             }
             Op::MultiPut { pairs } | Op::HashSet { pairs, .. } => pairs.iter().for_each(|(_, v)| f(v)),
+            Op::Multi { ops, .. } => ops.iter().for_each(|op| op.for_each_value(f)),
             _ => {}
         }
     }
@@ -298,19 +631,39 @@ impl Op {
     /// Check the operation against the limits; the error is what the client is told.
     pub fn validate(&self, limits: &Limits) -> Result<(), CommandError> {
         let mut err = None;
-        self.for_each_key(|k| {
+        self.for_each_key(&mut |k| {
             if k.len() > limits.max_key_bytes && err.is_none() {
                 err = Some(CommandError::KeyTooLarge { size: k.len(), limit: limits.max_key_bytes });
             }
         });
-        self.for_each_value(|v| {
+        self.for_each_value(&mut |v| {
             if v.len() > limits.max_value_bytes && err.is_none() {
                 err = Some(CommandError::ValueTooLarge { size: v.len(), limit: limits.max_value_bytes });
+            }
+        });
+        // SETRANGE pads with zeros up to its offset: the string it makes is what counts.
+        self.for_each_setrange(&mut |offset, len| {
+            let size = offset.saturating_add(len as u64);
+            if len > 0 && size > limits.max_value_bytes as u64 && err.is_none() {
+                err = Some(CommandError::ValueTooLarge {
+                    size: size.min(usize::MAX as u64) as usize,
+                    limit: limits.max_value_bytes,
+                });
             }
         });
         match err {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+impl Op {
+    fn for_each_setrange(&self, f: &mut dyn FnMut(u64, usize)) {
+        match self {
+            Op::SetRange { offset, value, .. } => f(*offset, value.len()),
+            Op::Multi { ops, .. } => ops.iter().for_each(|op| op.for_each_setrange(f)),
+            _ => {}
         }
     }
 }
@@ -376,6 +729,12 @@ pub enum OpResult {
     Keys { keys: Vec<Bytes>, next: Option<Bytes> },
     /// The state machine refused the command (deterministically, on every replica).
     Error(String),
+    /// Versions: one per key (0 = absent).
+    Versions(Vec<u64>),
+    /// Multi: the result of each operation, or None when a watched key had changed.
+    Multi(Option<Vec<OpResult>>),
+    /// Elements (LRANGE, LPOP with a count; None = the key did not exist).
+    Items(Option<Vec<Bytes>>),
 }
 
 /// Redis's error for an operation on a key holding the wrong kind of value.
@@ -386,6 +745,8 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 pub enum Value {
     Str(Bytes),
     Hash(BTreeMap<Bytes, Bytes>),
+    List(VecDeque<Bytes>),
+    Set(BTreeSet<Bytes>),
 }
 
 impl Value {
@@ -393,6 +754,8 @@ impl Value {
         match self {
             Value::Str(b) => b.len(),
             Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len()).sum(),
+            Value::List(l) => l.iter().map(|v| v.len()).sum(),
+            Value::Set(m) => m.iter().map(|v| v.len()).sum(),
         }
     }
 }
@@ -401,6 +764,8 @@ impl Value {
 struct Item {
     value: Value,
     expire_at_ms: Option<u64>,
+    /// Stamp of the command that last wrote the key (WATCH compares it).
+    version: u64,
 }
 
 /// The ordered key-value store with typed values and expiry.
@@ -417,6 +782,9 @@ pub struct KvStore {
     /// Expiry index: (expire_at_ms, key), so expired keys are purged deterministically.
     expiries: OrdSet<(u64, Bytes)>,
     bytes: usize,
+    /// The stamp of the command being applied (set by [`KvStore::apply_stamped`] for the
+    /// duration of one command, 0 between commands): every key it writes gets it as version.
+    stamp: u64,
 }
 
 impl KvStore {
@@ -447,21 +815,35 @@ impl KvStore {
     }
 
     fn insert(&mut self, key: Bytes, value: Value, expire_at_ms: Option<u64>) {
-        self.remove(&key);
+        let old = self.remove(&key).map(|(_, v)| v).unwrap_or(0);
         self.bytes += key.len() + value.size();
         if let Some(t) = expire_at_ms {
             self.expiries.insert((t, key.clone()));
         }
-        self.map.insert(key, Item { value, expire_at_ms });
+        // Without a stamp (plain `apply`), a per-key counter: enough to see changes, but a
+        // deleted and recreated key may repeat a version; replicas always stamp.
+        let version = if self.stamp != 0 { self.stamp } else { old + 1 };
+        self.map.insert(key, Item { value, expire_at_ms, version });
     }
 
-    fn remove(&mut self, key: &[u8]) -> Option<Value> {
+    fn version(&self, key: &[u8]) -> u64 {
+        self.map.get(key).map_or(0, |i| i.version)
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<(Value, u64)> {
         let (k, item) = self.map.remove_with_key(key)?;
         self.bytes -= k.len() + item.value.size();
         if let Some(t) = item.expire_at_ms {
             self.expiries.remove(&(t, k));
         }
-        Some(item.value)
+        Some((item.value, item.version))
+    }
+
+    /// Change a key's expiry (the key exists), keeping its value; a version bump like any write.
+    fn set_expiry(&mut self, key: &Bytes, expire_at_ms: Option<u64>) {
+        if let Some((value, _)) = self.remove(key) {
+            self.insert(key.clone(), value, expire_at_ms);
+        }
     }
 
     /// Drop every key whose expiry is at or before `now_ms`.
@@ -487,6 +869,63 @@ impl KvStore {
             None => Ok(None),
             Some(Item { value: Value::Hash(h), .. }) => Ok(Some(h)),
             Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    fn list(&self, key: &[u8]) -> Result<Option<&VecDeque<Bytes>>, OpResult> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Item { value: Value::List(l), .. }) => Ok(Some(l)),
+            Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    fn set(&self, key: &[u8]) -> Result<Option<&BTreeSet<Bytes>>, OpResult> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Item { value: Value::Set(m), .. }) => Ok(Some(m)),
+            Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    /// Store a set under `key`, keeping the key's expiry; an empty set removes the key.
+    fn put_set(&mut self, key: &Bytes, m: BTreeSet<Bytes>) {
+        if m.is_empty() {
+            self.remove(key);
+        } else {
+            let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+            self.insert(key.clone(), Value::Set(m), ttl);
+        }
+    }
+
+    /// Deterministic "random" indexes below `len` for SPOP/SRANDMEMBER: a mix of the
+    /// command's stamp (the same on every replica) and the draw number.
+    fn pick(&self, draw: u64, len: usize) -> usize {
+        let mut h = self.stamp ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        (h % len.max(1) as u64) as usize
+    }
+
+    /// `n` distinct members chosen by [`KvStore::pick`].
+    fn pick_distinct(&self, m: &BTreeSet<Bytes>, n: usize) -> Vec<Bytes> {
+        let mut pool: Vec<Bytes> = m.iter().cloned().collect();
+        let mut out = Vec::with_capacity(n.min(pool.len()));
+        for draw in 0..n.min(pool.len()) {
+            let i = self.pick(draw as u64, pool.len());
+            out.push(pool.swap_remove(i));
+        }
+        out
+    }
+
+    /// Store a list under `key`, keeping the key's expiry; an empty list removes the key.
+    fn put_list(&mut self, key: &Bytes, l: VecDeque<Bytes>) {
+        if l.is_empty() {
+            self.remove(key);
+        } else {
+            let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+            self.insert(key.clone(), Value::List(l), ttl);
         }
     }
 
@@ -538,24 +977,52 @@ impl KvStore {
         self.run_at(op, now_ms)
     }
 
+    /// [`KvStore::apply`] (or [`KvStore::apply_lazy`] when `lazy`) with a stamp: every key
+    /// the operation writes gets `stamp` as its version (what WATCH compares). The replicated
+    /// state machine stamps each command with a value unique to it (derived from its client
+    /// id and sequence number), the same on every replica, and never 0.
+    pub fn apply_stamped(&mut self, op: &Op, now_ms: u64, lazy: bool, stamp: u64) -> OpResult {
+        self.stamp = stamp;
+        let r = if lazy { self.apply_lazy(op, now_ms) } else { self.apply(op, now_ms) };
+        self.stamp = 0;
+        r
+    }
+
     fn run_at(&mut self, op: &Op, now_ms: u64) -> OpResult {
-        if let Op::SetWithTtl { key, value, cond, ttl_ms, get } = op {
-            let absolute = Op::Set {
-                key: key.clone(),
-                value: value.clone(),
-                cond: *cond,
-                expire_at_ms: Some(now_ms.saturating_add(*ttl_ms)),
-                keep_ttl: false,
-                get: *get,
-            };
-            return self.run_at(&absolute, now_ms);
-        }
-        match self.apply_inner(op) {
-            Ok(r) | Err(r) => r,
+        match op {
+            Op::SetWithTtl { key, value, cond, ttl_ms, get } => {
+                let absolute = Op::Set {
+                    key: key.clone(),
+                    value: value.clone(),
+                    cond: *cond,
+                    expire_at_ms: Some(now_ms.saturating_add(*ttl_ms)),
+                    keep_ttl: false,
+                    get: *get,
+                };
+                self.run_at(&absolute, now_ms)
+            }
+            Op::Multi { ops, watch } => {
+                if watch.iter().any(|(k, v)| self.version(k) != *v) {
+                    return OpResult::Multi(None);
+                }
+                OpResult::Multi(Some(ops.iter().map(|op| self.run_at(op, now_ms)).collect()))
+            }
+            op => match self.apply_inner(op, now_ms) {
+                Ok(r) | Err(r) => r,
+            },
         }
     }
 
-    fn apply_inner(&mut self, op: &Op) -> Result<OpResult, OpResult> {
+    /// An expiry time from (ms, relative) at `now_ms`; None when it overflows.
+    fn expiry_time(ms: i64, relative: bool, now_ms: u64) -> Option<i64> {
+        if relative {
+            (now_ms.min(i64::MAX as u64) as i64).checked_add(ms)
+        } else {
+            Some(ms)
+        }
+    }
+
+    fn apply_inner(&mut self, op: &Op, now_ms: u64) -> Result<OpResult, OpResult> {
         Ok(match op {
             Op::Put { key, value } => {
                 self.insert(key.clone(), Value::Str(value.clone()), None);
@@ -647,7 +1114,274 @@ impl KvStore {
                 }
                 OpResult::Int(removed)
             }
-            read => return self.read_inner(read),
+            Op::Expire { key, ms, relative, cond } => {
+                let Some(item) = self.map.get(key) else { return Ok(OpResult::Int(0)) };
+                let Some(at) = Self::expiry_time(*ms, *relative, now_ms) else {
+                    return Err(err("ERR invalid expire time in 'expire' command"));
+                };
+                // No expiry is an infinitely late one.
+                let current = item.expire_at_ms.map(|t| t as i128);
+                let ok = match cond {
+                    ExpireCond::Always => true,
+                    ExpireCond::IfNone => current.is_none(),
+                    ExpireCond::IfSome => current.is_some(),
+                    ExpireCond::Greater => current.is_some_and(|c| at as i128 > c),
+                    ExpireCond::Less => current.is_none_or(|c| (at as i128) < c),
+                };
+                if !ok {
+                    return Ok(OpResult::Int(0));
+                }
+                if at <= now_ms as i64 {
+                    self.remove(key);
+                } else {
+                    self.set_expiry(key, Some(at as u64));
+                }
+                OpResult::Int(1)
+            }
+            Op::Persist { key } => match self.map.get(key) {
+                Some(Item { expire_at_ms: Some(_), .. }) => {
+                    self.set_expiry(key, None);
+                    OpResult::Int(1)
+                }
+                _ => OpResult::Int(0),
+            },
+            Op::SetRange { key, offset, value } => {
+                let current = self.string(key)?;
+                let offset = *offset as usize;
+                if value.is_empty() {
+                    return Ok(OpResult::Int(current.map_or(0, |v| v.len() as i64)));
+                }
+                let mut v = current.map(|b| b.to_vec()).unwrap_or_default();
+                if v.len() < offset + value.len() {
+                    v.resize(offset + value.len(), 0);
+                }
+                v[offset..offset + value.len()].copy_from_slice(value);
+                let len = v.len() as i64;
+                self.set_string_keep_ttl(key, Bytes::from(v));
+                OpResult::Int(len)
+            }
+            Op::GetEx { key, expire, persist } => {
+                let Some(v) = self.string(key)?.cloned() else { return Ok(OpResult::Value(None)) };
+                if let Some((ms, relative)) = expire {
+                    let Some(at) = Self::expiry_time(*ms, *relative, now_ms) else {
+                        return Err(err("ERR invalid expire time in 'getex' command"));
+                    };
+                    if at <= now_ms as i64 {
+                        self.remove(key);
+                    } else {
+                        self.set_expiry(key, Some(at as u64));
+                    }
+                } else if *persist && self.map.get(key).is_some_and(|i| i.expire_at_ms.is_some()) {
+                    self.set_expiry(key, None);
+                }
+                OpResult::Value(Some(v))
+            }
+            Op::IncrByFloat { key, by } => {
+                let current = self.string(key)?.cloned().unwrap_or_else(|| Bytes::from_static(b"0"));
+                let text = add_floats(&current, by, "ERR value is not a valid float")?;
+                self.set_string_keep_ttl(key, text.clone());
+                OpResult::Value(Some(text))
+            }
+            Op::Rename { from, to, nx } => {
+                let Some(item) = self.map.get(from) else { return Err(err("ERR no such key")) };
+                if from == to {
+                    return Ok(if *nx { OpResult::Int(0) } else { OpResult::Done });
+                }
+                if *nx && self.map.contains_key(to) {
+                    return Ok(OpResult::Int(0));
+                }
+                let ttl = item.expire_at_ms;
+                let (value, _) = self.remove(from).expect("present");
+                self.insert(to.clone(), value, ttl);
+                if *nx {
+                    OpResult::Int(1)
+                } else {
+                    OpResult::Done
+                }
+            }
+            Op::Copy { from, to, replace } => {
+                if from == to {
+                    return Err(err("ERR source and destination objects are the same"));
+                }
+                let Some(item) = self.map.get(from) else { return Ok(OpResult::Int(0)) };
+                if !*replace && self.map.contains_key(to) {
+                    return Ok(OpResult::Int(0));
+                }
+                let (value, ttl) = (item.value.clone(), item.expire_at_ms);
+                self.insert(to.clone(), value, ttl);
+                OpResult::Int(1)
+            }
+            Op::FlushAll => {
+                self.map = OrdMap::new();
+                self.expiries = OrdSet::new();
+                self.bytes = 0;
+                OpResult::Done
+            }
+            Op::ListPush { key, values, left, only_existing } => {
+                let Some(mut l) = self.list(key)?.cloned().or((!*only_existing).then(VecDeque::new)) else {
+                    return Ok(OpResult::Int(0));
+                };
+                for v in values {
+                    if *left {
+                        l.push_front(v.clone());
+                    } else {
+                        l.push_back(v.clone());
+                    }
+                }
+                let len = l.len() as i64;
+                self.put_list(key, l);
+                OpResult::Int(len)
+            }
+            Op::ListPop { key, left, count } => {
+                let Some(mut l) = self.list(key)?.cloned() else {
+                    return Ok(if count.is_some() { OpResult::Items(None) } else { OpResult::Value(None) });
+                };
+                let n = count.unwrap_or(1).min(l.len() as u64) as usize;
+                let popped: Vec<Bytes> =
+                    (0..n).filter_map(|_| if *left { l.pop_front() } else { l.pop_back() }).collect();
+                if n > 0 {
+                    self.put_list(key, l);
+                }
+                match count {
+                    None => OpResult::Value(popped.into_iter().next()),
+                    Some(_) => OpResult::Items(Some(popped)),
+                }
+            }
+            Op::ListSet { key, index, value } => {
+                let Some(mut l) = self.list(key)?.cloned() else { return Err(err("ERR no such key")) };
+                let i = if *index < 0 { l.len() as i64 + index } else { *index };
+                if i < 0 || i >= l.len() as i64 {
+                    return Err(err("ERR index out of range"));
+                }
+                l[i as usize] = value.clone();
+                self.put_list(key, l);
+                OpResult::Done
+            }
+            Op::ListRemove { key, count, value } => {
+                let Some(l) = self.list(key)?.cloned() else { return Ok(OpResult::Int(0)) };
+                let limit = if *count == 0 { usize::MAX } else { count.unsigned_abs().min(usize::MAX as u64) as usize };
+                let mut removed = 0;
+                let mut keep = |v: &Bytes| {
+                    if removed < limit && v == value {
+                        removed += 1;
+                        false
+                    } else {
+                        true
+                    }
+                };
+                let l: VecDeque<Bytes> = if *count >= 0 {
+                    l.into_iter().filter(|v| keep(v)).collect()
+                } else {
+                    let mut rev: VecDeque<Bytes> = l.into_iter().rev().filter(|v| keep(v)).collect();
+                    rev.make_contiguous().reverse();
+                    rev
+                };
+                if removed > 0 {
+                    self.put_list(key, l);
+                }
+                OpResult::Int(removed as i64)
+            }
+            Op::ListTrim { key, start, stop } => {
+                let Some(l) = self.list(key)?.cloned() else { return Ok(OpResult::Done) };
+                let kept: VecDeque<Bytes> = match list_range(*start, *stop, l.len()) {
+                    Some((s, e)) => l.into_iter().skip(s).take(e - s + 1).collect(),
+                    None => VecDeque::new(),
+                };
+                self.put_list(key, kept);
+                OpResult::Done
+            }
+            Op::ListMove { from, to, from_left, to_left } => {
+                let Some(mut src) = self.list(from)?.cloned() else { return Ok(OpResult::Value(None)) };
+                // The destination's type is checked before anything moves, as in Redis.
+                let dst = self.list(to)?.cloned();
+                let v = if *from_left { src.pop_front() } else { src.pop_back() };
+                let Some(v) = v else { return Ok(OpResult::Value(None)) };
+                if from == to {
+                    if *to_left {
+                        src.push_front(v.clone());
+                    } else {
+                        src.push_back(v.clone());
+                    }
+                    self.put_list(from, src);
+                    return Ok(OpResult::Value(Some(v)));
+                }
+                let mut dst = dst.unwrap_or_default();
+                if *to_left {
+                    dst.push_front(v.clone());
+                } else {
+                    dst.push_back(v.clone());
+                }
+                self.put_list(from, src);
+                self.put_list(to, dst);
+                OpResult::Value(Some(v))
+            }
+            Op::HashIncrBy { key, field, by } => {
+                let mut h = self.hash(key)?.cloned().unwrap_or_default();
+                let current = match h.get(field) {
+                    None => 0,
+                    Some(v) => parse_i64(v).ok_or_else(|| err("ERR hash value is not an integer"))?,
+                };
+                let next = current.checked_add(*by).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+                h.insert(field.clone(), Bytes::from(next.to_string()));
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                self.insert(key.clone(), Value::Hash(h), ttl);
+                OpResult::Int(next)
+            }
+            Op::HashIncrByFloat { key, field, by } => {
+                let mut h = self.hash(key)?.cloned().unwrap_or_default();
+                let current = h.get(field).cloned().unwrap_or_else(|| Bytes::from_static(b"0"));
+                let text = add_floats(&current, by, "ERR hash value is not a float")?;
+                h.insert(field.clone(), text.clone());
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                self.insert(key.clone(), Value::Hash(h), ttl);
+                OpResult::Value(Some(text))
+            }
+            Op::HashSetNx { key, field, value } => {
+                let mut h = self.hash(key)?.cloned().unwrap_or_default();
+                if h.contains_key(field) {
+                    return Ok(OpResult::Int(0));
+                }
+                h.insert(field.clone(), value.clone());
+                let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
+                self.insert(key.clone(), Value::Hash(h), ttl);
+                OpResult::Int(1)
+            }
+            Op::SetAdd { key, members } => {
+                let mut m = self.set(key)?.cloned().unwrap_or_default();
+                let added = members.iter().filter(|v| m.insert((*v).clone())).count() as i64;
+                if added > 0 {
+                    self.put_set(key, m);
+                }
+                OpResult::Int(added)
+            }
+            Op::SetRemove { key, members } => {
+                let Some(m) = self.set(key)? else { return Ok(OpResult::Int(0)) };
+                let mut m = m.clone();
+                let removed = members.iter().filter(|v| m.remove(*v)).count() as i64;
+                if removed > 0 {
+                    self.put_set(key, m);
+                }
+                OpResult::Int(removed)
+            }
+            Op::SetPop { key, count } => {
+                let Some(m) = self.set(key)? else {
+                    return Ok(if count.is_some() { OpResult::Items(Some(Vec::new())) } else { OpResult::Value(None) });
+                };
+                let n = count.unwrap_or(1).min(m.len() as u64) as usize;
+                let popped = self.pick_distinct(m, n);
+                let mut m = m.clone();
+                for v in &popped {
+                    m.remove(v);
+                }
+                if n > 0 {
+                    self.put_set(key, m);
+                }
+                match count {
+                    None => OpResult::Value(popped.into_iter().next()),
+                    Some(_) => OpResult::Items(Some(popped)),
+                }
+            }
+            read => return self.read_inner(read, now_ms),
         })
     }
 
@@ -659,12 +1393,20 @@ impl KvStore {
             purged.purge_expired(now_ms);
             return purged.read(op, now_ms);
         }
-        match self.read_inner(op) {
-            Ok(r) | Err(r) => r,
+        match op {
+            Op::Multi { ops, watch } if !op.is_write() => {
+                if watch.iter().any(|(k, v)| self.version(k) != *v) {
+                    return OpResult::Multi(None);
+                }
+                OpResult::Multi(Some(ops.iter().map(|op| self.read(op, now_ms)).collect()))
+            }
+            _ => match self.read_inner(op, now_ms) {
+                Ok(r) | Err(r) => r,
+            },
         }
     }
 
-    fn read_inner(&self, op: &Op) -> Result<OpResult, OpResult> {
+    fn read_inner(&self, op: &Op, now_ms: u64) -> Result<OpResult, OpResult> {
         Ok(match op {
             Op::Get { key } => OpResult::Value(self.string(key)?.cloned()),
             Op::Scan { start, end, limit } => {
@@ -674,7 +1416,7 @@ impl KvStore {
                 let upper = if end.is_empty() { Bound::Unbounded } else { Bound::Excluded(end.clone()) };
                 let it = self.map.range((Bound::Included(start.clone()), upper)).filter_map(|(k, i)| match &i.value {
                     Value::Str(v) => Some((k.clone(), v.clone())),
-                    Value::Hash(_) => None,
+                    Value::Hash(_) | Value::List(_) | Value::Set(_) => None,
                 });
                 OpResult::Scan(if *limit == 0 { it.collect() } else { it.take(*limit as usize).collect() })
             }
@@ -702,6 +1444,8 @@ impl KvStore {
                     None => "none",
                     Some(Item { value: Value::Str(_), .. }) => "string",
                     Some(Item { value: Value::Hash(_), .. }) => "hash",
+                    Some(Item { value: Value::List(_), .. }) => "list",
+                    Some(Item { value: Value::Set(_), .. }) => "set",
                 }
                 .into(),
             ),
@@ -721,6 +1465,77 @@ impl KvStore {
                 OpResult::Keys { keys, next: if more { last } else { None } }
             }
             Op::DbSize => OpResult::Int(self.map.len() as i64),
+            Op::ListRange { key, start, stop } => {
+                let l = self.list(key)?;
+                let items = match (l, l.and_then(|l| list_range(*start, *stop, l.len()))) {
+                    (Some(l), Some((s, e))) => l.iter().skip(s).take(e - s + 1).cloned().collect(),
+                    _ => Vec::new(),
+                };
+                OpResult::Items(Some(items))
+            }
+            Op::ListLen { key } => OpResult::Int(self.list(key)?.map_or(0, |l| l.len() as i64)),
+            Op::ListIndex { key, index } => {
+                let l = self.list(key)?;
+                let v = l.and_then(|l| {
+                    let i = if *index < 0 { l.len() as i64 + index } else { *index };
+                    (i >= 0).then(|| l.get(i as usize).cloned()).flatten()
+                });
+                OpResult::Value(v)
+            }
+            Op::SetMembers { key } => {
+                OpResult::Items(Some(self.set(key)?.map(|m| m.iter().cloned().collect()).unwrap_or_default()))
+            }
+            Op::SetIsMember { key, member } => OpResult::Int(self.set(key)?.is_some_and(|m| m.contains(member)) as i64),
+            Op::HashStrlen { key, field } => {
+                OpResult::Int(self.hash(key)?.and_then(|h| h.get(field)).map_or(0, |v| v.len() as i64))
+            }
+            Op::SetCard { key } => OpResult::Int(self.set(key)?.map_or(0, |m| m.len() as i64)),
+            Op::SetCombine { keys, kind } => {
+                let mut sets = Vec::with_capacity(keys.len());
+                for k in keys {
+                    sets.push(self.set(k)?);
+                }
+                let empty = BTreeSet::new();
+                let mut sets = sets.into_iter().map(|s| s.unwrap_or(&empty));
+                let first = sets.next().cloned().unwrap_or_default();
+                let result: BTreeSet<Bytes> = match kind {
+                    SetCombine::Inter => sets.fold(first, |acc, s| acc.intersection(s).cloned().collect()),
+                    SetCombine::Union => sets.fold(first, |mut acc, s| {
+                        acc.extend(s.iter().cloned());
+                        acc
+                    }),
+                    SetCombine::Diff => sets.fold(first, |acc, s| acc.difference(s).cloned().collect()),
+                };
+                OpResult::Items(Some(result.into_iter().collect()))
+            }
+            Op::SetRandMember { key, count } => {
+                let m = self.set(key)?;
+                match (m, count) {
+                    (None, None) => OpResult::Value(None),
+                    (None, Some(_)) => OpResult::Items(Some(Vec::new())),
+                    (Some(m), None) => OpResult::Value(self.pick_distinct(m, 1).into_iter().next()),
+                    (Some(m), Some(n)) if *n >= 0 => OpResult::Items(Some(self.pick_distinct(m, *n as usize))),
+                    (Some(m), Some(n)) => {
+                        let pool: Vec<&Bytes> = m.iter().collect();
+                        OpResult::Items(Some(
+                            (0..n.unsigned_abs()).map(|d| pool[self.pick(d, pool.len())].clone()).collect(),
+                        ))
+                    }
+                }
+            }
+            Op::Versions { keys } => OpResult::Versions(keys.iter().map(|k| self.version(k)).collect()),
+            Op::Ttl { key } => OpResult::Int(match self.map.get(key) {
+                None => -2,
+                Some(Item { expire_at_ms: None, .. }) => -1,
+                Some(Item { expire_at_ms: Some(t), .. }) => t.saturating_sub(now_ms).min(i64::MAX as u64) as i64,
+            }),
+            Op::GetRange { key, start, end } => {
+                let v = self.string(key)?.cloned().unwrap_or_default();
+                OpResult::Value(Some(match redis_range(*start, *end, v.len()) {
+                    Some((s, e)) => v.slice(s..=e),
+                    None => Bytes::new(),
+                }))
+            }
             _ => OpResult::Error("write operation on the read-only path".into()),
         })
     }
@@ -745,8 +1560,21 @@ impl KvStore {
                         feed(v);
                     }
                 }
+                Value::List(l) => {
+                    feed(b"list");
+                    for v in l {
+                        feed(v);
+                    }
+                }
+                Value::Set(m) => {
+                    feed(b"set");
+                    for v in m {
+                        feed(v);
+                    }
+                }
             }
             feed(&item.expire_at_ms.unwrap_or(0).to_le_bytes());
+            feed(&item.version.to_le_bytes());
         }
         h
     }
@@ -754,6 +1582,109 @@ impl KvStore {
 
 fn err(msg: &str) -> OpResult {
     OpResult::Error(msg.into())
+}
+
+/// Redis's index rules for GETRANGE/LRANGE: negative indexes count from the end, both ends
+/// inclusive, clamped to the value; None when the range is empty.
+pub fn redis_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (s, e) = (norm(start), norm(end).min(len - 1));
+    if len == 0 || s > e || s >= len {
+        return None;
+    }
+    Some((s as usize, e as usize))
+}
+
+/// Redis's index rules for LRANGE/LTRIM: negative indexes count from the end; empty when the
+/// start is past the end or after the stop (an end before the start of the list included).
+pub fn list_range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let stop = if stop < 0 { len + stop } else { stop.min(len - 1) };
+    if start > stop || start >= len {
+        return None;
+    }
+    Some((start as usize, stop as usize))
+}
+
+/// A float as Redis parses one (INCRBYFLOAT): no spaces, not NaN (infinities parse; adding
+/// them is refused later, as in Redis).
+pub fn parse_f64(v: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(v).ok()?;
+    if s.is_empty() || s.trim() != s {
+        return None;
+    }
+    let x: f64 = s.parse().ok()?;
+    (!x.is_nan()).then_some(x)
+}
+
+/// Scale of [`exact_decimal`]: 17 decimals, the precision Redis prints INCRBYFLOAT with.
+const DEC_SCALE: u32 = 17;
+
+/// A decimal text as an exact integer count of 10^-17 units, when it is one (plain or
+/// exponent notation, at most 17 decimals, within i128).
+fn exact_decimal(v: &[u8]) -> Option<i128> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], s[i + 1..].parse::<i32>().ok()?),
+        None => (s, 0),
+    };
+    let (neg, digits) = match mantissa.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, mantissa.strip_prefix('+').unwrap_or(mantissa)),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if int.is_empty() && frac.is_empty() || !(int.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut n: i128 = 0;
+    for b in int.bytes().chain(frac.bytes()) {
+        n = n.checked_mul(10)?.checked_add((b - b'0') as i128)?;
+    }
+    // n * 10^(exp - frac.len()) in units of 10^-17.
+    let shift = exp as i64 - frac.len() as i64 + DEC_SCALE as i64;
+    if shift >= 0 {
+        n = n.checked_mul(10i128.checked_pow(u32::try_from(shift).ok()?)?)?;
+    } else {
+        let d = 10i128.checked_pow(u32::try_from(-shift).ok()?)?;
+        if n % d != 0 {
+            return None;
+        }
+        n /= d;
+    }
+    Some(if neg { -n } else { n })
+}
+
+fn format_decimal(n: i128) -> String {
+    let unit = 10i128.pow(DEC_SCALE);
+    let (int, frac) = (n.unsigned_abs() / unit as u128, n.unsigned_abs() % unit as u128);
+    let sign = if n < 0 { "-" } else { "" };
+    if frac == 0 {
+        return format!("{sign}{int}");
+    }
+    let frac = format!("{frac:017}");
+    format!("{sign}{int}.{}", frac.trim_end_matches('0'))
+}
+
+/// INCRBYFLOAT's sum as Redis prints it: plain decimal, no exponent, no trailing zeros.
+/// Redis adds in `long double` and prints 17 decimals; synod adds exactly in decimal when
+/// both numbers are decimals of at most 17 places (so `10.5 + 0.1` is `10.6` and `1.1 + 2.2`
+/// is `3.3`, as in Redis), else in f64, printed as the shortest text that reads back as the
+/// same number (where Redis's 80-bit arithmetic may print other trailing digits).
+fn add_floats(current: &[u8], by: &[u8], not_a_float: &str) -> Result<Bytes, OpResult> {
+    let cur = parse_f64(current).ok_or_else(|| err(not_a_float))?;
+    let inc = parse_f64(by).ok_or_else(|| err("ERR value is not a valid float"))?;
+    let sum = cur + inc;
+    if !sum.is_finite() {
+        return Err(err("ERR increment would produce NaN or Infinity"));
+    }
+    if let (Some(a), Some(b)) = (exact_decimal(current), exact_decimal(by)) {
+        if let Some(n) = a.checked_add(b) {
+            return Ok(Bytes::from(format_decimal(n)));
+        }
+    }
+    Ok(Bytes::from(if sum == 0.0 { "0".to_string() } else { format!("{sum}") }))
 }
 
 /// Redis integers: an optional minus sign and decimal digits, no spaces or leading '+'.
@@ -1070,5 +2001,330 @@ mod tests {
         let big = Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("123456789"))] };
         assert_eq!(big.validate(&l), Err(CommandError::ValueTooLarge { size: 9, limit: 8 }));
         assert_eq!(mset.size(), 4);
+    }
+
+    fn st(kv: &mut KvStore, op: &Op, now: u64, stamp: u64) -> OpResult {
+        kv.apply_stamped(op, now, false, stamp)
+    }
+
+    #[test]
+    fn transactions_with_watch_versions() {
+        let mut kv = KvStore::new();
+        let versions = |kv: &mut KvStore, keys: &[&str]| match kv
+            .apply0(&Op::Versions { keys: keys.iter().map(|k| b(k)).collect() })
+        {
+            OpResult::Versions(v) => v,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(versions(&mut kv, &["a"]), vec![0]);
+        st(&mut kv, &Op::Put { key: b("a"), value: b("1") }, 0, 11);
+        assert_eq!(versions(&mut kv, &["a", "b"]), vec![11, 0]);
+        let multi = |watch: Vec<(Bytes, u64)>| Op::Multi {
+            ops: vec![
+                Op::IncrBy { key: b("a"), by: 1 },
+                Op::HashLen { key: b("a") },
+                Op::Put { key: b("b"), value: b("x") },
+            ],
+            watch,
+        };
+        // Watched version still current: every part runs, errors in place.
+        let r = st(&mut kv, &multi(vec![(b("a"), 11), (b("b"), 0)]), 0, 12);
+        assert_eq!(r, OpResult::Multi(Some(vec![OpResult::Int(2), OpResult::Error(WRONGTYPE.into()), OpResult::Done])));
+        assert_eq!(versions(&mut kv, &["a", "b"]), vec![12, 12]);
+        // A stale version: nothing runs.
+        let before = kv.clone();
+        assert_eq!(st(&mut kv, &multi(vec![(b("a"), 11)]), 0, 13), OpResult::Multi(None));
+        assert_eq!(kv, before);
+        // Delete and recreate with the same value is a change (new stamp), as in Redis.
+        st(&mut kv, &Op::Delete { key: b("b") }, 0, 14);
+        st(&mut kv, &Op::Put { key: b("b"), value: b("x") }, 0, 15);
+        assert_eq!(st(&mut kv, &multi(vec![(b("b"), 12)]), 0, 16), OpResult::Multi(None));
+        // Expiry of a watched key is a change too.
+        st(&mut kv, &Op::Expire { key: b("b"), ms: 10, relative: true, cond: ExpireCond::Always }, 100, 17);
+        let v = versions(&mut kv, &["b"]);
+        assert_eq!(v, vec![17]);
+        assert_eq!(st(&mut kv, &multi(vec![(b("b"), 17)]), 110, 18), OpResult::Multi(None));
+        // Footprint: the parts and the watched keys; a write if any part writes.
+        let m = multi(vec![(b("w"), 1)]);
+        assert!(m.is_write());
+        assert!(m.interferes(&Op::Put { key: b("w"), value: b("") }));
+        assert!(m.interferes(&Op::Get { key: b("b") }));
+        assert!(!m.interferes(&Op::Get { key: b("zz") }));
+        let ro = Op::Multi { ops: vec![Op::Get { key: b("a") }], watch: vec![] };
+        assert!(!ro.is_write());
+        assert!(!ro.interferes(&Op::Get { key: b("a") }));
+        assert!(ro.interferes(&Op::Put { key: b("a"), value: b("") }));
+        let scan = Op::Multi { ops: vec![Op::DbSize], watch: vec![] };
+        assert_eq!(scan.footprint(), Footprint::All);
+        assert_eq!(m.size(), 5);
+        assert_eq!(Op::Versions { keys: vec![b("k")] }.footprint(), Footprint::Keys(vec![&b"k"[..]]));
+        assert!(!Op::Versions { keys: vec![b("k")] }.is_write());
+    }
+
+    #[test]
+    fn expire_ttl_persist() {
+        let mut kv = KvStore::new();
+        let exp = |k: &str, ms: i64, relative: bool, cond: ExpireCond| Op::Expire { key: b(k), ms, relative, cond };
+        let ttl = |k: &str| Op::Ttl { key: b(k) };
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::Always), 1_000), OpResult::Int(0), "absent");
+        kv.apply(&Op::Put { key: b("k"), value: b("v") }, 1_000);
+        assert_eq!(kv.apply(&ttl("k"), 1_000), OpResult::Int(-1));
+        assert_eq!(kv.apply(&ttl("nope"), 1_000), OpResult::Int(-2));
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::IfSome), 1_000), OpResult::Int(0));
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::Greater), 1_000), OpResult::Int(0));
+        assert_eq!(kv.apply(&exp("k", 100, true, ExpireCond::IfNone), 1_000), OpResult::Int(1));
+        assert_eq!(kv.apply(&ttl("k"), 1_040), OpResult::Int(60));
+        assert_eq!(kv.apply(&exp("k", 2_000, false, ExpireCond::Less), 1_040), OpResult::Int(0));
+        assert_eq!(kv.apply(&exp("k", 1_050, false, ExpireCond::Less), 1_040), OpResult::Int(1));
+        assert_eq!(kv.apply(&exp("k", 5_000, false, ExpireCond::Greater), 1_040), OpResult::Int(1));
+        assert_eq!(kv.apply(&Op::Persist { key: b("k") }, 1_040), OpResult::Int(1));
+        assert_eq!(kv.apply(&Op::Persist { key: b("k") }, 1_040), OpResult::Int(0));
+        assert_eq!(kv.apply(&ttl("k"), 9_000), OpResult::Int(-1));
+        // A time in the past deletes, and the value stays under its expiry with SETRANGE/INCR.
+        assert_eq!(kv.apply(&exp("k", -1, true, ExpireCond::Always), 9_000), OpResult::Int(1));
+        assert_eq!(kv.apply(&Op::Exists { keys: vec![b("k")] }, 9_000), OpResult::Int(0));
+        kv.apply(&Op::Put { key: b("n"), value: b("1") }, 9_000);
+        kv.apply(&exp("n", 100, true, ExpireCond::Always), 9_000);
+        kv.apply(&Op::IncrBy { key: b("n"), by: 1 }, 9_010);
+        assert_eq!(kv.apply(&ttl("n"), 9_010), OpResult::Int(90));
+        assert_eq!(kv.apply(&Op::Get { key: b("n") }, 9_100), OpResult::Value(None));
+        // Lazy (partial-order) mode decides expiry from the command's own time, per key.
+        let mut lazy = KvStore::new();
+        lazy.apply_lazy(&Op::Put { key: b("a"), value: b("v") }, 0);
+        lazy.apply_lazy(&exp("a", 50, true, ExpireCond::Always), 100);
+        assert_eq!(lazy.apply_lazy(&ttl("a"), 120), OpResult::Int(30));
+        assert_eq!(lazy.apply_lazy(&ttl("a"), 150), OpResult::Int(-2));
+        assert!(exp("a", 1, true, ExpireCond::Always).is_write());
+        assert!(!ttl("a").is_write());
+    }
+
+    #[test]
+    fn string_ranges_getex_float_rename_copy_flush() {
+        let mut kv = KvStore::new();
+        kv.apply0(&Op::Put { key: b("s"), value: b("This is a string") });
+        let gr = |kv: &mut KvStore, s: i64, e: i64| kv.apply0(&Op::GetRange { key: b("s"), start: s, end: e });
+        assert_eq!(gr(&mut kv, 0, 3), OpResult::Value(Some(b("This"))));
+        assert_eq!(gr(&mut kv, -3, -1), OpResult::Value(Some(b("ing"))));
+        assert_eq!(gr(&mut kv, 0, -1), OpResult::Value(Some(b("This is a string"))));
+        assert_eq!(gr(&mut kv, 10, 100), OpResult::Value(Some(b("string"))));
+        assert_eq!(gr(&mut kv, 5, 3), OpResult::Value(Some(b(""))));
+        assert_eq!(gr(&mut kv, -1, -5), OpResult::Value(Some(b(""))));
+        assert_eq!(kv.apply0(&Op::GetRange { key: b("none"), start: 0, end: -1 }), OpResult::Value(Some(b(""))));
+        let sr = |k: &str, offset: u64, v: &str| Op::SetRange { key: b(k), offset, value: b(v) };
+        assert_eq!(kv.apply0(&sr("s", 10, "STRING")), OpResult::Int(16));
+        assert_eq!(kv.get(b"s"), Some(&b("This is a STRING")));
+        assert_eq!(kv.apply0(&sr("z", 3, "ab")), OpResult::Int(5));
+        assert_eq!(kv.get(b"z"), Some(&Bytes::from_static(b"\0\0\0ab")));
+        assert_eq!(kv.apply0(&sr("empty", 3, "")), OpResult::Int(0));
+        assert_eq!(kv.apply0(&Op::Exists { keys: vec![b("empty")] }), OpResult::Int(0));
+        let l = Limits { max_key_bytes: 10, max_value_bytes: 8, max_frame_bytes: 100 };
+        assert_eq!(sr("z", 7, "ab").validate(&l), Err(CommandError::ValueTooLarge { size: 9, limit: 8 }));
+        // GETEX
+        let getex = |expire, persist| Op::GetEx { key: b("s"), expire, persist };
+        assert_eq!(kv.apply(&getex(Some((100, true)), false), 1_000), OpResult::Value(Some(b("This is a STRING"))));
+        assert_eq!(kv.apply(&Op::Ttl { key: b("s") }, 1_000), OpResult::Int(100));
+        kv.apply(&getex(None, true), 1_000);
+        assert_eq!(kv.apply(&Op::Ttl { key: b("s") }, 1_000), OpResult::Int(-1));
+        assert_eq!(kv.apply(&getex(Some((500, false)), false), 1_000), OpResult::Value(Some(b("This is a STRING"))));
+        assert_eq!(kv.apply(&Op::Exists { keys: vec![b("s")] }, 1_000), OpResult::Int(0), "past time deletes");
+        // INCRBYFLOAT
+        let f = |k: &str, by: &str| Op::IncrByFloat { key: b(k), by: b(by) };
+        kv.apply0(&Op::Put { key: b("f"), value: b("10.50") });
+        assert_eq!(kv.apply0(&f("f", "0.1")), OpResult::Value(Some(b("10.6"))));
+        assert_eq!(kv.apply0(&f("f", "-5")), OpResult::Value(Some(b("5.6"))));
+        kv.apply0(&Op::Put { key: b("g"), value: b("5.0e3") });
+        assert_eq!(kv.apply0(&f("g", "2.0e2")), OpResult::Value(Some(b("5200"))));
+        assert_eq!(kv.apply0(&f("h", "1.1")), OpResult::Value(Some(b("1.1"))));
+        assert_eq!(kv.apply0(&f("h", "2.2")), OpResult::Value(Some(b("3.3"))));
+        assert_eq!(kv.apply0(&f("h", "-3.3")), OpResult::Value(Some(b("0"))));
+        assert_eq!(kv.apply0(&f("h", "inf")), OpResult::Error("ERR increment would produce NaN or Infinity".into()));
+        kv.apply0(&Op::Put { key: b("t"), value: b("abc") });
+        assert_eq!(kv.apply0(&f("t", "1")), OpResult::Error("ERR value is not a valid float".into()));
+        // RENAME / RENAMENX / COPY keep the value and the expiry.
+        kv.apply(&Op::SetWithTtl { key: b("r"), value: b("v"), cond: SetCond::Always, ttl_ms: 1_000, get: false }, 0);
+        let rn = |from: &str, to: &str, nx| Op::Rename { from: b(from), to: b(to), nx };
+        assert_eq!(kv.apply0(&rn("nope", "x", false)), OpResult::Error("ERR no such key".into()));
+        assert_eq!(kv.apply0(&rn("r", "r2", false)), OpResult::Done);
+        assert_eq!(kv.apply0(&Op::Ttl { key: b("r2") }), OpResult::Int(1_000));
+        assert_eq!(kv.apply0(&rn("r2", "t", true)), OpResult::Int(0));
+        assert_eq!(kv.apply0(&rn("r2", "r2", false)), OpResult::Done);
+        let cp = |from: &str, to: &str, replace| Op::Copy { from: b(from), to: b(to), replace };
+        assert_eq!(kv.apply0(&cp("r2", "t", false)), OpResult::Int(0));
+        assert_eq!(kv.apply0(&cp("r2", "t", true)), OpResult::Int(1));
+        assert_eq!(kv.get(b"t"), Some(&b("v")));
+        assert_eq!(kv.apply0(&Op::Ttl { key: b("t") }), OpResult::Int(1_000));
+        assert_eq!(
+            kv.apply0(&cp("t", "t", true)),
+            OpResult::Error("ERR source and destination objects are the same".into())
+        );
+        assert_eq!(rn("a", "b", false).footprint(), Footprint::Keys(vec![&b"a"[..], &b"b"[..]]));
+        // FLUSHALL empties everything, expiries included, and interferes with everything.
+        assert_eq!(kv.apply0(&Op::FlushAll), OpResult::Done);
+        assert_eq!(kv.apply0(&Op::DbSize), OpResult::Int(0));
+        assert_eq!(kv.size_bytes(), 0);
+        assert_eq!(kv, KvStore::new());
+        assert!(Op::FlushAll.interferes(&Op::Get { key: b("x") }));
+    }
+
+    #[test]
+    fn lists() {
+        let mut kv = KvStore::new();
+        let push = |k: &str, vs: &[&str], left, only_existing| Op::ListPush {
+            key: b(k),
+            values: vs.iter().map(|v| b(v)).collect(),
+            left,
+            only_existing,
+        };
+        let range = |kv: &mut KvStore, k: &str, start, stop| kv.apply0(&Op::ListRange { key: b(k), start, stop });
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| b(v)).collect()));
+        assert_eq!(kv.apply0(&push("l", &["a"], true, true)), OpResult::Int(0), "LPUSHX on nothing");
+        assert_eq!(kv.apply0(&push("l", &["a", "b", "c"], false, false)), OpResult::Int(3));
+        assert_eq!(kv.apply0(&push("l", &["x", "y"], true, false)), OpResult::Int(5));
+        assert_eq!(range(&mut kv, "l", 0, -1), items(&["y", "x", "a", "b", "c"]));
+        assert_eq!(range(&mut kv, "l", -2, 100), items(&["b", "c"]));
+        assert_eq!(range(&mut kv, "l", 3, 1), items(&[]));
+        assert_eq!(range(&mut kv, "l", 0, -100), items(&[]));
+        assert_eq!(range(&mut kv, "none", 0, -1), items(&[]));
+        assert_eq!(kv.apply0(&Op::ListLen { key: b("l") }), OpResult::Int(5));
+        assert_eq!(kv.apply0(&Op::ListIndex { key: b("l"), index: -1 }), OpResult::Value(Some(b("c"))));
+        assert_eq!(kv.apply0(&Op::ListIndex { key: b("l"), index: 5 }), OpResult::Value(None));
+        assert_eq!(kv.apply0(&Op::ListSet { key: b("l"), index: 1, value: b("X") }), OpResult::Done);
+        assert_eq!(
+            kv.apply0(&Op::ListSet { key: b("l"), index: 9, value: b("X") }),
+            OpResult::Error("ERR index out of range".into())
+        );
+        assert_eq!(
+            kv.apply0(&Op::ListSet { key: b("none"), index: 0, value: b("X") }),
+            OpResult::Error("ERR no such key".into())
+        );
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("l"), left: true, count: None }), OpResult::Value(Some(b("y"))));
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("l"), left: false, count: Some(2) }), items(&["c", "b"]));
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("none"), left: false, count: Some(2) }), OpResult::Items(None));
+        assert_eq!(kv.apply0(&Op::ListPop { key: b("none"), left: false, count: None }), OpResult::Value(None));
+        // LREM from the head, from the tail, all.
+        kv.apply0(&push("r", &["a", "b", "a", "c", "a"], false, false));
+        assert_eq!(kv.apply0(&Op::ListRemove { key: b("r"), count: -1, value: b("a") }), OpResult::Int(1));
+        assert_eq!(range(&mut kv, "r", 0, -1), items(&["a", "b", "a", "c"]));
+        assert_eq!(kv.apply0(&Op::ListRemove { key: b("r"), count: 1, value: b("a") }), OpResult::Int(1));
+        assert_eq!(range(&mut kv, "r", 0, -1), items(&["b", "a", "c"]));
+        assert_eq!(kv.apply0(&Op::ListRemove { key: b("r"), count: 0, value: b("a") }), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::ListTrim { key: b("r"), start: 1, stop: -1 }), OpResult::Done);
+        assert_eq!(range(&mut kv, "r", 0, -1), items(&["c"]));
+        // LMOVE, including onto itself (rotation); an emptied list disappears.
+        kv.apply0(&push("m", &["1", "2", "3"], false, false));
+        let mv =
+            |from: &str, to: &str, from_left, to_left| Op::ListMove { from: b(from), to: b(to), from_left, to_left };
+        assert_eq!(kv.apply0(&mv("m", "m", true, false)), OpResult::Value(Some(b("1"))));
+        assert_eq!(range(&mut kv, "m", 0, -1), items(&["2", "3", "1"]));
+        assert_eq!(kv.apply0(&mv("r", "m", true, true)), OpResult::Value(Some(b("c"))));
+        assert_eq!(range(&mut kv, "m", 0, -1), items(&["c", "2", "3", "1"]));
+        assert_eq!(kv.apply0(&Op::Type { key: b("r") }), OpResult::Text("none".into()));
+        assert_eq!(kv.apply0(&Op::Type { key: b("m") }), OpResult::Text("list".into()));
+        // WRONGTYPE both ways, and LMOVE to a non-list moves nothing.
+        kv.apply0(&Op::Put { key: b("s"), value: b("v") });
+        assert_eq!(kv.apply0(&push("s", &["a"], true, false)), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::Get { key: b("m") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&mv("m", "s", true, true)), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::ListLen { key: b("m") }), OpResult::Int(4));
+        assert_eq!(kv.size_bytes(), 3 + 5 + 2, "l = [X, a], m = [c, 2, 3, 1], s = v");
+        // Footprints.
+        assert_eq!(mv("a", "b", true, true).footprint(), Footprint::Keys(vec![&b"a"[..], &b"b"[..]]));
+        assert!(mv("a", "b", true, true).is_write());
+        assert!(!Op::ListRange { key: b("a"), start: 0, stop: -1 }.is_write());
+        assert_eq!(push("k", &["vv", "w"], true, false).size(), 4);
+        // Snapshots carry lists.
+        let bytes = postcard::to_allocvec(&kv).unwrap();
+        let back: KvStore = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, kv);
+        assert_eq!(back.digest(), kv.digest());
+    }
+
+    #[test]
+    fn sets_with_deterministic_random_choices() {
+        let mut kv = KvStore::new();
+        let sadd = |k: &str, vs: &[&str]| Op::SetAdd { key: b(k), members: vs.iter().map(|v| b(v)).collect() };
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| b(v)).collect()));
+        assert_eq!(kv.apply0(&sadd("s", &["c", "a", "b", "a"])), OpResult::Int(3));
+        assert_eq!(kv.apply0(&sadd("s", &["a", "d"])), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::SetMembers { key: b("s") }), items(&["a", "b", "c", "d"]));
+        assert_eq!(kv.apply0(&Op::SetIsMember { key: b("s"), member: b("a") }), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::SetIsMember { key: b("s"), member: b("z") }), OpResult::Int(0));
+        assert_eq!(kv.apply0(&Op::SetCard { key: b("s") }), OpResult::Int(4));
+        assert_eq!(kv.apply0(&Op::SetRemove { key: b("s"), members: vec![b("d"), b("z")] }), OpResult::Int(1));
+        kv.apply0(&sadd("t", &["b", "c", "x"]));
+        let comb = |keys: &[&str], kind| Op::SetCombine { keys: keys.iter().map(|k| b(k)).collect(), kind };
+        assert_eq!(kv.apply0(&comb(&["s", "t"], SetCombine::Inter)), items(&["b", "c"]));
+        assert_eq!(kv.apply0(&comb(&["s", "t", "none"], SetCombine::Union)), items(&["a", "b", "c", "x"]));
+        assert_eq!(kv.apply0(&comb(&["s", "t"], SetCombine::Diff)), items(&["a"]));
+        assert_eq!(kv.apply0(&comb(&["s", "none"], SetCombine::Inter)), items(&[]));
+        kv.apply0(&Op::Put { key: b("str"), value: b("v") });
+        assert_eq!(kv.apply0(&comb(&["none", "str"], SetCombine::Inter)), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&sadd("str", &["a"])), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::Type { key: b("s") }), OpResult::Text("set".into()));
+        // SPOP / SRANDMEMBER: the choice is a function of the state and the command's stamp,
+        // so two replicas applying the same command choose alike; different stamps spread.
+        let pop = Op::SetPop { key: b("t"), count: Some(2) };
+        let (mut r1, mut r2) = (kv.clone(), kv.clone());
+        let a = r1.apply_stamped(&pop, 0, false, 77);
+        assert_eq!(a, r2.apply_stamped(&pop, 0, false, 77));
+        assert_eq!(r1, r2);
+        let OpResult::Items(Some(popped)) = a else { panic!("{a:?}") };
+        assert_eq!(popped.len(), 2);
+        assert_eq!(r1.apply0(&Op::SetCard { key: b("t") }), OpResult::Int(1));
+        let mut seen = BTreeSet::new();
+        for stamp in 1..50 {
+            if let OpResult::Value(Some(v)) =
+                kv.clone().apply_stamped(&Op::SetPop { key: b("t"), count: None }, 0, false, stamp)
+            {
+                seen.insert(v);
+            }
+        }
+        assert_eq!(seen.len(), 3, "every member gets picked by some stamp");
+        let rand = |count| Op::SetRandMember { key: b("s"), count };
+        let OpResult::Items(Some(distinct)) = kv.apply_stamped(&rand(Some(10)), 0, false, 5) else { panic!() };
+        assert_eq!(distinct.len(), 3);
+        assert_eq!(distinct.iter().collect::<BTreeSet<_>>().len(), 3);
+        let OpResult::Items(Some(repeated)) = kv.apply_stamped(&rand(Some(-7)), 0, false, 5) else { panic!() };
+        assert_eq!(repeated.len(), 7);
+        assert_eq!(kv.apply0(&Op::SetRandMember { key: b("none"), count: Some(3) }), items(&[]));
+        assert_eq!(kv.apply0(&Op::SetPop { key: b("none"), count: None }), OpResult::Value(None));
+        assert!(!rand(None).is_write());
+        assert!(pop.is_write());
+        // Popping everything removes the key.
+        let OpResult::Items(Some(all)) = kv.apply0(&Op::SetPop { key: b("t"), count: Some(10) }) else { panic!() };
+        assert_eq!(all.into_iter().collect::<BTreeSet<_>>(), [b("b"), b("c"), b("x")].into_iter().collect());
+        assert_eq!(kv.apply0(&Op::Exists { keys: vec![b("t")] }), OpResult::Int(0));
+        assert_eq!(comb(&["a", "b"], SetCombine::Union).footprint(), Footprint::Keys(vec![&b"a"[..], &b"b"[..]]));
+        assert_eq!(sadd("k", &["ab", "c"]).size(), 4);
+        let bytes = postcard::to_allocvec(&kv).unwrap();
+        assert_eq!(postcard::from_bytes::<KvStore>(&bytes).unwrap(), kv);
+    }
+
+    #[test]
+    fn hash_counters() {
+        let mut kv = KvStore::new();
+        let hincr = |f: &str, by| Op::HashIncrBy { key: b("h"), field: b(f), by };
+        let hfloat = |f: &str, by: &str| Op::HashIncrByFloat { key: b("h"), field: b(f), by: b(by) };
+        assert_eq!(kv.apply0(&hincr("n", 5)), OpResult::Int(5));
+        assert_eq!(kv.apply0(&hincr("n", -7)), OpResult::Int(-2));
+        assert_eq!(kv.apply0(&hfloat("f", "10.5")), OpResult::Value(Some(b("10.5"))));
+        assert_eq!(kv.apply0(&hfloat("f", "0.1")), OpResult::Value(Some(b("10.6"))));
+        assert_eq!(kv.apply0(&hincr("f", 1)), OpResult::Error("ERR hash value is not an integer".into()));
+        kv.apply0(&Op::HashSet { key: b("h"), pairs: vec![(b("s"), b("abc"))] });
+        assert_eq!(kv.apply0(&hfloat("s", "1")), OpResult::Error("ERR hash value is not a float".into()));
+        kv.apply0(&Op::HashSet { key: b("h"), pairs: vec![(b("m"), b(&i64::MAX.to_string()))] });
+        assert_eq!(kv.apply0(&hincr("m", 1)), OpResult::Error("ERR increment or decrement would overflow".into()));
+        let nx = |f: &str, v: &str| Op::HashSetNx { key: b("h"), field: b(f), value: b(v) };
+        assert_eq!(kv.apply0(&nx("s", "x")), OpResult::Int(0));
+        assert_eq!(kv.apply0(&nx("new", "x")), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::HashStrlen { key: b("h"), field: b("s") }), OpResult::Int(3));
+        assert_eq!(kv.apply0(&Op::HashStrlen { key: b("h"), field: b("zz") }), OpResult::Int(0));
+        assert_eq!(kv.apply0(&Op::HashStrlen { key: b("none"), field: b("zz") }), OpResult::Int(0));
+        kv.apply0(&Op::Put { key: b("str"), value: b("v") });
+        let wrong = Op::HashIncrBy { key: b("str"), field: b("f"), by: 1 };
+        assert_eq!(kv.apply0(&wrong), OpResult::Error(WRONGTYPE.into()));
+        assert!(hincr("n", 1).is_write() && nx("a", "b").is_write());
+        assert!(!Op::HashStrlen { key: b("h"), field: b("s") }.is_write());
+        assert_eq!(nx("ab", "cde").size(), 1 + 2 + 3);
     }
 }

@@ -166,7 +166,11 @@ impl StateMachine {
             Order::Partial if cmd.now_ms > 0 => (cmd.now_ms, true),
             Order::Partial => (self.clock_ms, true),
         };
-        let run = |kv: &mut KvStore, op: &crate::kv::Op| if lazy { kv.apply_lazy(op, at) } else { kv.apply(op, at) };
+        // Every key the command writes gets this stamp as its version (WATCH): unique per
+        // command (a session's sequence numbers never repeat, duplicates are not re-applied)
+        // and the same on every replica.
+        let stamp = command_stamp(cmd.client, cmd.seq, cmd.now_ms);
+        let run = |kv: &mut KvStore, op: &crate::kv::Op| kv.apply_stamped(op, at, lazy, stamp);
         if cmd.client == 0 {
             return Applied::Fresh(run(&mut self.kv, &cmd.op));
         }
@@ -241,6 +245,17 @@ impl StateMachine {
     pub fn digest(&self) -> u64 {
         self.kv.digest()
     }
+}
+
+/// A command's version stamp: a 64-bit mix of its identity, never 0 (0 = absent key).
+fn command_stamp(client: u64, seq: u64, now_ms: u64) -> u64 {
+    let mut h = client.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq.rotate_left(29) ^ now_ms.rotate_left(47);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h.max(1)
 }
 
 #[cfg(test)]

@@ -19,9 +19,14 @@ use synod_core::{Op, OpResult};
 pub enum Group {
     String,
     Hash,
+    List,
+    Set,
     Keyspace,
     Connection,
     Server,
+    /// MULTI/EXEC/DISCARD/WATCH/UNWATCH: handled by the connection (`super::conn`), which
+    /// queues commands and sends a transaction through the log as one `Op::Multi`.
+    Transaction,
 }
 
 impl Group {
@@ -29,15 +34,18 @@ impl Group {
         match self {
             Group::String => "string",
             Group::Hash => "hash",
+            Group::List => "list",
+            Group::Set => "set",
             Group::Keyspace => "generic",
             Group::Connection => "connection",
             Group::Server => "server",
+            Group::Transaction => "transactions",
         }
     }
 
     /// Answered by the connection, not through the log.
     pub fn is_local(self) -> bool {
-        matches!(self, Group::Connection | Group::Server)
+        matches!(self, Group::Connection | Group::Server | Group::Transaction)
     }
 }
 
@@ -140,6 +148,81 @@ pub static COMMANDS: &[Spec] = &[
     spec!("hlen", 2, RF, 1, 1, 1, Hash, "Returns the number of fields in a hash."),
     spec!("hkeys", 2, R, 1, 1, 1, Hash, "Returns all fields in a hash."),
     spec!("hvals", 2, R, 1, 1, 1, Hash, "Returns all values in a hash."),
+    spec!("getrange", 4, R, 1, 1, 1, String, "Returns a substring of the string stored at a key."),
+    spec!("setrange", 4, W, 1, 1, 1, String, "Overwrites a part of a string value with another by an offset."),
+    spec!("getex", -2, WF, 1, 1, 1, String, "Returns the string value of a key after setting its expiration time."),
+    spec!("incrbyfloat", 3, WF, 1, 1, 1, String, "Increment the floating point value of a key by a number."),
+    spec!("expire", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key in seconds."),
+    spec!("pexpire", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key in milliseconds."),
+    spec!("expireat", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key to a Unix timestamp."),
+    spec!("pexpireat", -3, WF, 1, 1, 1, Keyspace, "Sets the expiration time of a key to a Unix ms timestamp."),
+    spec!("ttl", 2, RF, 1, 1, 1, Keyspace, "Returns the expiration time in seconds of a key."),
+    spec!("pttl", 2, RF, 1, 1, 1, Keyspace, "Returns the expiration time in milliseconds of a key."),
+    spec!("persist", 2, WF, 1, 1, 1, Keyspace, "Removes the expiration time of a key."),
+    spec!("rename", 3, WR, 1, 2, 1, Keyspace, "Renames a key and overwrites the destination."),
+    spec!("renamenx", 3, WF, 1, 2, 1, Keyspace, "Renames a key only when the target key name doesn't exist."),
+    spec!("copy", -3, W, 1, 2, 1, Keyspace, "Copies the value of a key to a new key (REPLACE)."),
+    spec!("flushdb", -1, WR, 0, 0, 0, Server, "Removes all keys from the current database."),
+    spec!("flushall", -1, WR, 0, 0, 0, Server, "Removes all keys from all databases."),
+    spec!("multi", 1, CONN, 0, 0, 0, Transaction, "Starts a transaction."),
+    spec!("exec", 1, CONN, 0, 0, 0, Transaction, "Executes all commands in a transaction."),
+    spec!("discard", 1, CONN, 0, 0, 0, Transaction, "Discards a transaction."),
+    spec!(
+        "watch",
+        -2,
+        CONN,
+        1,
+        -1,
+        1,
+        Transaction,
+        "Monitors changes to keys to determine the execution of a transaction."
+    ),
+    spec!("unwatch", 1, CONN, 0, 0, 0, Transaction, "Forgets about watched keys of a transaction."),
+    spec!(
+        "lpush",
+        -3,
+        WF,
+        1,
+        1,
+        1,
+        List,
+        "Prepends one or more elements to a list. Creates the key if it doesn't exist."
+    ),
+    spec!(
+        "rpush",
+        -3,
+        WF,
+        1,
+        1,
+        1,
+        List,
+        "Appends one or more elements to a list. Creates the key if it doesn't exist."
+    ),
+    spec!("lpushx", -3, WF, 1, 1, 1, List, "Prepends one or more elements to a list only when the list exists."),
+    spec!("rpushx", -3, WF, 1, 1, 1, List, "Appends an element to a list only when the list exists."),
+    spec!("lpop", -2, WF, 1, 1, 1, List, "Returns the first elements in a list after removing it."),
+    spec!("rpop", -2, WF, 1, 1, 1, List, "Returns and removes the last elements of a list."),
+    spec!("lrange", 4, R, 1, 1, 1, List, "Returns a range of elements from a list."),
+    spec!("llen", 2, RF, 1, 1, 1, List, "Returns the length of a list."),
+    spec!("lindex", 3, R, 1, 1, 1, List, "Returns an element from a list by its index."),
+    spec!("lset", 4, W, 1, 1, 1, List, "Sets the value of an element in a list by its index."),
+    spec!("lrem", 4, WR, 1, 1, 1, List, "Removes elements from a list."),
+    spec!("ltrim", 4, WR, 1, 1, 1, List, "Removes elements from both ends a list."),
+    spec!("lmove", 5, W, 1, 2, 1, List, "Returns an element after popping it from one list and pushing it to another."),
+    spec!("hincrby", 4, WF, 1, 1, 1, Hash, "Increments the integer value of a field in a hash by a number."),
+    spec!("hincrbyfloat", 4, WF, 1, 1, 1, Hash, "Increments the floating point value of a field by a number."),
+    spec!("hsetnx", 4, WF, 1, 1, 1, Hash, "Sets the value of a field in a hash only when the field doesn't exist."),
+    spec!("hstrlen", 3, RF, 1, 1, 1, Hash, "Returns the length of the value of a field."),
+    spec!("sadd", -3, WF, 1, 1, 1, Set, "Adds one or more members to a set. Creates the key if it doesn't exist."),
+    spec!("srem", -3, WF, 1, 1, 1, Set, "Removes one or more members from a set."),
+    spec!("smembers", 2, R, 1, 1, 1, Set, "Returns all members of a set."),
+    spec!("sismember", 3, RF, 1, 1, 1, Set, "Determines whether a member belongs to a set."),
+    spec!("scard", 2, RF, 1, 1, 1, Set, "Returns the number of members in a set."),
+    spec!("sinter", -2, R, 1, -1, 1, Set, "Returns the intersect of multiple sets."),
+    spec!("sunion", -2, R, 1, -1, 1, Set, "Returns the union of multiple sets."),
+    spec!("sdiff", -2, R, 1, -1, 1, Set, "Returns the difference of multiple sets."),
+    spec!("spop", -2, WF, 1, 1, 1, Set, "Returns one or more random members from a set after removing them."),
+    spec!("srandmember", -2, R, 1, 1, 1, Set, "Get one or multiple random members from a set."),
     spec!("ping", -1, CONN, 0, 0, 0, Connection, "Returns the server's liveliness response."),
     spec!("echo", 2, CONN, 0, 0, 0, Connection, "Returns the given string."),
     spec!("hello", -1, NOAUTH, 0, 0, 0, Connection, "Handshakes with the server (protocol version, AUTH, SETNAME)."),
@@ -262,6 +345,12 @@ pub enum Shape {
     Scan,
     /// KEYS: [keys].
     Keys,
+    /// Elements: an array, or a null array when the key did not exist (LPOP with a count).
+    Items,
+    /// TTL: milliseconds (or -1/-2) rounded to seconds.
+    TtlSecs,
+    /// WATCH: the versions are kept by the connection; the client gets OK.
+    Watch,
 }
 
 /// What a request becomes.
@@ -281,7 +370,7 @@ pub fn translate(args: &[Bytes], cursors: &Cursors) -> Translated {
     if !spec.arity_ok(args.len()) {
         return Translated::Reply(wrong_arity(spec.name));
     }
-    if spec.group.is_local() && spec.name != "dbsize" {
+    if spec.group.is_local() && !matches!(spec.name, "dbsize" | "flushdb" | "flushall" | "watch") {
         return Translated::Local(spec);
     }
     match data_op(spec.name, &args[1..], cursors) {
@@ -371,6 +460,145 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
         "hvals" => (Op::HashGetAll { key: key() }, PairValues),
         "hdel" => (Op::HashDelete { key: key(), fields: a[1..].to_vec() }, Int),
         "hlen" => (Op::HashLen { key: key() }, Int),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => (expire_op(name, a)?, Int),
+        "ttl" => (Op::Ttl { key: key() }, TtlSecs),
+        "pttl" => (Op::Ttl { key: key() }, Int),
+        "persist" => (Op::Persist { key: key() }, Int),
+        "getrange" => (Op::GetRange { key: key(), start: int_arg(&a[1])?, end: int_arg(&a[2])? }, Bulk),
+        "setrange" => {
+            let offset = int_arg(&a[1])?;
+            if offset < 0 {
+                return Err(RespValue::err("ERR offset is out of range"));
+            }
+            if offset as u128 + a[2].len() as u128 > 512 * 1024 * 1024 {
+                return Err(RespValue::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)"));
+            }
+            (Op::SetRange { key: key(), offset: offset as u64, value: a[2].clone() }, Int)
+        }
+        "getex" => (getex_op(a)?, Bulk),
+        "incrbyfloat" => {
+            if synod_core::kv::parse_f64(&a[1]).is_none() {
+                return Err(RespValue::err("ERR value is not a valid float"));
+            }
+            (Op::IncrByFloat { key: key(), by: a[1].clone() }, Bulk)
+        }
+        "rename" => (Op::Rename { from: key(), to: a[1].clone(), nx: false }, Done),
+        "renamenx" => (Op::Rename { from: key(), to: a[1].clone(), nx: true }, Int),
+        "copy" => {
+            let mut replace = false;
+            let mut i = 2;
+            while i < a.len() {
+                match &a[i].to_ascii_uppercase()[..] {
+                    b"REPLACE" => replace = true,
+                    b"DB" if i + 1 < a.len() => {
+                        if int_arg(&a[i + 1])? != 0 {
+                            return Err(RespValue::err("ERR DB index is out of range"));
+                        }
+                        i += 1;
+                    }
+                    _ => return Err(syntax_error()),
+                }
+                i += 1;
+            }
+            (Op::Copy { from: key(), to: a[1].clone(), replace }, Int)
+        }
+        "flushdb" | "flushall" => {
+            match a {
+                [] => {}
+                [mode] if mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async") => {}
+                _ => return Err(syntax_error()),
+            }
+            (Op::FlushAll, Done)
+        }
+        "watch" => (Op::Versions { keys: a.to_vec() }, Watch),
+        "lpush" | "rpush" | "lpushx" | "rpushx" => (
+            Op::ListPush {
+                key: key(),
+                values: a[1..].to_vec(),
+                left: name.starts_with('l'),
+                only_existing: name.ends_with('x'),
+            },
+            Int,
+        ),
+        "lpop" | "rpop" => {
+            if a.len() > 2 {
+                return Err(wrong_arity(name));
+            }
+            let left = name == "lpop";
+            match a.get(1) {
+                None => (Op::ListPop { key: key(), left, count: None }, Bulk),
+                Some(n) => {
+                    let positive = || RespValue::err("ERR value is out of range, must be positive");
+                    let n = int_arg(n).map_err(|_| positive())?;
+                    if n < 0 {
+                        return Err(positive());
+                    }
+                    (Op::ListPop { key: key(), left, count: Some(n as u64) }, Items)
+                }
+            }
+        }
+        "hincrby" => (Op::HashIncrBy { key: key(), field: a[1].clone(), by: int_arg(&a[2])? }, Int),
+        "hincrbyfloat" => {
+            if synod_core::kv::parse_f64(&a[2]).is_none() {
+                return Err(RespValue::err("ERR value is not a valid float"));
+            }
+            (Op::HashIncrByFloat { key: key(), field: a[1].clone(), by: a[2].clone() }, Bulk)
+        }
+        "hsetnx" => (Op::HashSetNx { key: key(), field: a[1].clone(), value: a[2].clone() }, Int),
+        "hstrlen" => (Op::HashStrlen { key: key(), field: a[1].clone() }, Int),
+        "sadd" => (Op::SetAdd { key: key(), members: a[1..].to_vec() }, Int),
+        "srem" => (Op::SetRemove { key: key(), members: a[1..].to_vec() }, Int),
+        "smembers" => (Op::SetMembers { key: key() }, Items),
+        "sismember" => (Op::SetIsMember { key: key(), member: a[1].clone() }, Int),
+        "scard" => (Op::SetCard { key: key() }, Int),
+        "sinter" | "sunion" | "sdiff" => {
+            let kind = match name {
+                "sinter" => synod_core::kv::SetCombine::Inter,
+                "sunion" => synod_core::kv::SetCombine::Union,
+                _ => synod_core::kv::SetCombine::Diff,
+            };
+            (Op::SetCombine { keys: a.to_vec(), kind }, Items)
+        }
+        "spop" => match a {
+            [_] => (Op::SetPop { key: key(), count: None }, Bulk),
+            [_, n] => {
+                let positive = || RespValue::err("ERR value is out of range, must be positive");
+                let n = int_arg(n).map_err(|_| positive())?;
+                if n < 0 {
+                    return Err(positive());
+                }
+                (Op::SetPop { key: key(), count: Some(n as u64) }, Items)
+            }
+            _ => return Err(syntax_error()),
+        },
+        "srandmember" => match a {
+            [_] => (Op::SetRandMember { key: key(), count: None }, Bulk),
+            [_, n] => {
+                let n = int_arg(n)?;
+                // A negative count repeats members: |count| replies whatever the set's size,
+                // so it is bounded (Redis streams any number).
+                if n < -MAX_RANDMEMBER_REPEATS {
+                    return Err(RespValue::err("ERR value is out of range"));
+                }
+                (Op::SetRandMember { key: key(), count: Some(n) }, Items)
+            }
+            _ => return Err(syntax_error()),
+        },
+        "lrange" => (Op::ListRange { key: key(), start: int_arg(&a[1])?, stop: int_arg(&a[2])? }, Items),
+        "llen" => (Op::ListLen { key: key() }, Int),
+        "lindex" => (Op::ListIndex { key: key(), index: int_arg(&a[1])? }, Bulk),
+        "lset" => (Op::ListSet { key: key(), index: int_arg(&a[1])?, value: a[2].clone() }, Done),
+        "lrem" => (Op::ListRemove { key: key(), count: int_arg(&a[1])?, value: a[2].clone() }, Int),
+        "ltrim" => (Op::ListTrim { key: key(), start: int_arg(&a[1])?, stop: int_arg(&a[2])? }, Done),
+        "lmove" => {
+            let side = |w: &Bytes| match &w.to_ascii_uppercase()[..] {
+                b"LEFT" => Ok(true),
+                b"RIGHT" => Ok(false),
+                _ => Err(syntax_error()),
+            };
+            let (from_left, to_left) = (side(&a[2])?, side(&a[3])?);
+            (Op::ListMove { from: key(), to: a[1].clone(), from_left, to_left }, Bulk)
+        }
         other => return Err(RespValue::err(format!("ERR command '{other}' has no data translation"))),
     })
 }
@@ -417,6 +645,89 @@ fn set_op(a: &[Bytes]) -> Result<Op, RespValue> {
         Some(ttl_ms) => Op::SetWithTtl { key, value, cond, ttl_ms, get },
         None => Op::Set { key, value, cond, expire_at_ms: at, keep_ttl, get },
     })
+}
+
+/// Largest |count| of SRANDMEMBER with a negative count.
+pub const MAX_RANDMEMBER_REPEATS: i64 = 1_000_000;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// EXPIRE key seconds [NX | XX | GT | LT] (and PEXPIRE, EXPIREAT, PEXPIREAT), with Redis's
+/// order of checks: options, the number, overflow.
+fn expire_op(name: &str, a: &[Bytes]) -> Result<Op, RespValue> {
+    use synod_core::kv::ExpireCond as C;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &a[2..] {
+        match &opt.to_ascii_uppercase()[..] {
+            b"NX" => nx = true,
+            b"XX" => xx = true,
+            b"GT" => gt = true,
+            b"LT" => lt = true,
+            _ => return Err(RespValue::err(format!("ERR Unsupported option {}", String::from_utf8_lossy(opt)))),
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(RespValue::err("ERR NX and XX, GT or LT options at the same time are not compatible"));
+    }
+    if gt && lt {
+        return Err(RespValue::err("ERR GT and LT options at the same time are not compatible"));
+    }
+    let cond = if nx {
+        C::IfNone
+    } else if gt {
+        C::Greater
+    } else if lt {
+        C::Less
+    } else if xx {
+        C::IfSome
+    } else {
+        C::Always
+    };
+    let mut ms = int_arg(&a[1])?;
+    let invalid = || RespValue::err(format!("ERR invalid expire time in '{name}' command"));
+    if matches!(name, "expire" | "expireat") {
+        ms = ms.checked_mul(1000).ok_or_else(invalid)?;
+    }
+    let relative = matches!(name, "expire" | "pexpire");
+    if relative && ms > i64::MAX - now_ms() {
+        return Err(invalid());
+    }
+    Ok(Op::Expire { key: a[0].clone(), ms, relative, cond })
+}
+
+/// GETEX key [EX seconds | PX ms | EXAT ts | PXAT ts-ms | PERSIST]
+fn getex_op(a: &[Bytes]) -> Result<Op, RespValue> {
+    let mut expire = None;
+    let mut persist = false;
+    let mut i = 1;
+    while i < a.len() {
+        let opt = a[i].to_ascii_uppercase();
+        let unit = match &opt[..] {
+            b"EX" | b"EXAT" => 1000,
+            b"PX" | b"PXAT" => 1,
+            b"PERSIST" if expire.is_none() && !persist => {
+                persist = true;
+                i += 1;
+                continue;
+            }
+            _ => return Err(syntax_error()),
+        };
+        let (Some(n), None, false) = (a.get(i + 1), expire, persist) else { return Err(syntax_error()) };
+        let invalid = || RespValue::err("ERR invalid expire time in 'getex' command");
+        let n = int_arg(n)?;
+        if n <= 0 || (unit == 1000 && n > i64::MAX / 1000) {
+            return Err(invalid());
+        }
+        let relative = matches!(&opt[..], b"EX" | b"PX");
+        if relative && n * unit > i64::MAX - now_ms() {
+            return Err(invalid());
+        }
+        expire = Some((n * unit, relative));
+        i += 2;
+    }
+    Ok(Op::GetEx { key: a[0].clone(), expire, persist })
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count]
@@ -477,6 +788,10 @@ pub fn render(shape: Shape, result: OpResult, cursors: &Cursors) -> RespValue {
             V::Array(vec![V::text(cursor.to_string()), V::Array(keys.into_iter().map(V::Bulk).collect())])
         }
         (Shape::Keys, OpResult::Keys { keys, .. }) => V::Array(keys.into_iter().map(V::Bulk).collect()),
+        (Shape::Items, OpResult::Items(Some(items))) => V::Array(items.into_iter().map(V::Bulk).collect()),
+        (Shape::Items, OpResult::Items(None)) => V::NullArray,
+        (Shape::TtlSecs, OpResult::Int(ms)) => V::Int(if ms < 0 { ms } else { (ms + 500) / 1000 }),
+        (Shape::Watch, OpResult::Versions(_)) => V::ok(),
         (shape, other) => V::err(format!("ERR internal error: result {other:?} does not fit {shape:?}")),
     }
 }
@@ -652,6 +967,46 @@ mod tests {
     }
 
     #[test]
+    fn expiry_lists_and_sets_translate_like_redis() {
+        use synod_core::kv::ExpireCond;
+        assert_eq!(
+            op("EXPIRE k 10 GT"),
+            Op::Expire { key: b("k"), ms: 10_000, relative: true, cond: ExpireCond::Greater }
+        );
+        assert_eq!(op("pexpireat k 5"), Op::Expire { key: b("k"), ms: 5, relative: false, cond: ExpireCond::Always });
+        assert_eq!(error("EXPIRE k 10 NX XX"), "ERR NX and XX, GT or LT options at the same time are not compatible");
+        assert_eq!(error("EXPIRE k 10 GT LT"), "ERR GT and LT options at the same time are not compatible");
+        assert_eq!(error("EXPIRE k 10 FOO"), "ERR Unsupported option FOO");
+        assert_eq!(error("EXPIRE k 9223372036854775807"), "ERR invalid expire time in 'expire' command");
+        assert_eq!(op("GETEX k PERSIST"), Op::GetEx { key: b("k"), expire: None, persist: true });
+        assert_eq!(op("GETEX k PX 5"), Op::GetEx { key: b("k"), expire: Some((5, true)), persist: false });
+        assert_eq!(error("GETEX k EX 0"), "ERR invalid expire time in 'getex' command");
+        assert_eq!(error("GETEX k EX 1 PERSIST"), "ERR syntax error");
+        assert_eq!(error("SETRANGE k -1 v"), "ERR offset is out of range");
+        assert_eq!(error("INCRBYFLOAT k abc"), "ERR value is not a valid float");
+        assert_eq!(error("COPY a b DB 1"), "ERR DB index is out of range");
+        assert_eq!(error("FLUSHALL LAZY"), "ERR syntax error");
+        assert_eq!(op("LPOP l"), Op::ListPop { key: b("l"), left: true, count: None });
+        assert_eq!(op("RPOP l 3"), Op::ListPop { key: b("l"), left: false, count: Some(3) });
+        assert_eq!(error("LPOP l -1"), "ERR value is out of range, must be positive");
+        assert_eq!(error("LPOP l 1 2"), "ERR wrong number of arguments for 'lpop' command");
+        assert_eq!(error("LMOVE a b UP LEFT"), "ERR syntax error");
+        assert_eq!(
+            op("RPUSHX l a b"),
+            Op::ListPush { key: b("l"), values: vec![b("a"), b("b")], left: false, only_existing: true }
+        );
+        assert_eq!(error("SPOP s 1 2"), "ERR syntax error");
+        assert_eq!(error("SPOP s x"), "ERR value is out of range, must be positive");
+        assert_eq!(error("SRANDMEMBER s -1000001"), "ERR value is out of range");
+        assert_eq!(op("SRANDMEMBER s -3"), Op::SetRandMember { key: b("s"), count: Some(-3) });
+        let c = Cursors::new(1);
+        assert_eq!(render(Shape::Items, OpResult::Items(None), &c), RespValue::NullArray);
+        assert_eq!(render(Shape::TtlSecs, OpResult::Int(1_499), &c), RespValue::Int(1));
+        assert_eq!(render(Shape::TtlSecs, OpResult::Int(1_500), &c), RespValue::Int(2));
+        assert_eq!(render(Shape::TtlSecs, OpResult::Int(-2), &c), RespValue::Int(-2));
+    }
+
+    #[test]
     fn rendering() {
         let c = Cursors::new(10);
         assert_eq!(render(Shape::Set, OpResult::Applied(false), &c), RespValue::Null);
@@ -682,13 +1037,18 @@ mod tests {
     fn every_command_has_a_consistent_table_row() {
         for s in COMMANDS {
             assert_eq!(lookup(s.name.to_uppercase().as_bytes()).map(|x| x.name), Some(s.name));
-            if !s.group.is_local() || s.name == "dbsize" {
+            if !s.group.is_local() || matches!(s.name, "dbsize" | "flushdb" | "flushall" | "watch") {
                 // Every data command translates with its minimal arguments.
                 let n = s.arity.unsigned_abs() as usize;
                 let mut a: Vec<Bytes> = vec![b(s.name)];
-                // "0" is a valid SCAN cursor, "1" a valid TTL, count, key or value.
+                // "0" is a valid SCAN cursor, "1" a valid TTL, count, key or value; LMOVE
+                // needs its two sides.
                 let arg = if s.name == "scan" { "0" } else { "1" };
                 a.extend((1..n).map(|_| b(arg)));
+                if s.name == "lmove" {
+                    a[3] = b("LEFT");
+                    a[4] = b("RIGHT");
+                }
                 let t = translate(&a, &Cursors::new(1));
                 assert!(matches!(t, Translated::Data { .. }), "{}: {t:?}", s.name);
             }

@@ -31,7 +31,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use synod_core::wire::ServerMsg;
-use synod_core::{Command, NodeId, Op, Reply, ReplyBody, Role};
+use synod_core::{Command, NodeId, Op, OpResult, Reply, ReplyBody, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -55,10 +55,29 @@ enum Slot {
     Close,
 }
 
+/// One command queued between MULTI and EXEC.
+enum Queued {
+    /// A data command: part of the transaction's `Op::Multi`, rendered with its shape.
+    Op(Op, Shape),
+    /// A reply decided at queue time (connection commands such as PING, and commands whose
+    /// arguments Redis would refuse when EXEC runs them, e.g. a syntax error).
+    Fixed(RespValue),
+}
+
+/// The state of MULTI … EXEC.
+#[derive(Default)]
+struct MultiState {
+    queued: Vec<Queued>,
+    /// An unknown command or a wrong arity was queued: EXEC answers EXECABORT.
+    dirty: bool,
+}
+
 /// A data command on its way through the log.
 struct Pending {
     cmd: Command,
     shape: Shape,
+    /// EXEC: how to render each queued command (the data ones from the `Multi` result).
+    exec: Option<Vec<Queued>>,
     size: usize,
     started: Instant,
     /// When the current attempt is considered lost.
@@ -96,6 +115,18 @@ struct Conn<'a> {
     inflight_bytes: usize,
     fwd_tx: mpsc::UnboundedSender<FwdEvent>,
     closing: bool,
+    /// Inside MULTI.
+    multi: Option<MultiState>,
+    /// WATCHed keys and the versions read (through the log) when they were watched.
+    watched: Vec<(Bytes, u64)>,
+    /// WATCH commands whose versions have not arrived yet.
+    watch_pending: std::collections::BTreeSet<u64>,
+    /// A WATCH failed (error or timeout): the next EXEC aborts, since its keys' versions are
+    /// unknown.
+    watch_failed: bool,
+    /// An EXEC that arrived while a WATCH was still in flight: it needs the versions, so it
+    /// (and everything after it) waits.
+    deferred: Option<Vec<Bytes>>,
 }
 
 /// Serve one connection until the client leaves, sends QUIT, or breaks the framing.
@@ -130,6 +161,11 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
         inflight_bytes: 0,
         fwd_tx,
         closing: false,
+        multi: None,
+        watched: Vec::new(),
+        watch_pending: Default::default(),
+        watch_failed: false,
+        deferred: None,
     };
     let mut parser = RequestParser::new(shared.limits.max_frame_bytes);
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
@@ -138,6 +174,11 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let result = async {
         loop {
+            if c.deferred.is_some() && c.watch_pending.is_empty() {
+                if let Some(args) = c.deferred.take() {
+                    c.request(args).await;
+                }
+            }
             // Parse and submit everything complete, as far as the in-flight limits allow.
             while !c.closing && c.has_room() {
                 match parser.next(&mut rbuf) {
@@ -185,21 +226,66 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
 
 impl Conn<'_> {
     fn has_room(&self) -> bool {
-        self.pending.len() < MAX_INFLIGHT && self.inflight_bytes < self.shared.limits.max_frame_bytes
+        self.deferred.is_none()
+            && self.pending.len() < MAX_INFLIGHT
+            && self.inflight_bytes < self.shared.limits.max_frame_bytes
     }
 
     /// One parsed request.
     async fn request(&mut self, args: Vec<Bytes>) {
         self.shared.stats.total_commands.fetch_add(1, Ordering::Relaxed);
         // Redis's order of checks: unknown command, arity, authentication, then the command.
+        // Inside MULTI, the first two also doom the transaction (EXECABORT).
         let Some(spec) = commands::lookup(&args[0]) else {
-            return self.ready(commands::unknown_command(&args));
+            return self.queue_error(commands::unknown_command(&args));
         };
         if !spec.arity_ok(args.len()) {
-            return self.ready(commands::wrong_arity(spec.name));
+            return self.queue_error(commands::wrong_arity(spec.name));
         }
         if !self.st.authed && !matches!(spec.name, "auth" | "hello" | "quit") {
-            return self.ready(RespValue::err("NOAUTH Authentication required."));
+            return self.queue_error(RespValue::err("NOAUTH Authentication required."));
+        }
+        match (spec.name, self.multi.is_some()) {
+            ("multi", true) => return self.ready(RespValue::err("ERR MULTI calls can not be nested")),
+            ("multi", false) => {
+                self.multi = Some(MultiState::default());
+                return self.ready(RespValue::ok());
+            }
+            ("exec", false) => return self.ready(RespValue::err("ERR EXEC without MULTI")),
+            ("discard", false) => return self.ready(RespValue::err("ERR DISCARD without MULTI")),
+            ("exec", true) => {
+                if !self.watch_pending.is_empty() {
+                    self.deferred = Some(args);
+                    return;
+                }
+                return self.exec().await;
+            }
+            ("discard", true) => {
+                self.multi = None;
+                self.unwatch();
+                return self.ready(RespValue::ok());
+            }
+            ("watch", true) => return self.ready(RespValue::err("ERR WATCH inside MULTI is not allowed")),
+            ("unwatch", false) => {
+                self.unwatch();
+                return self.ready(RespValue::ok());
+            }
+            ("quit", _) => {}
+            (_, true) => {
+                let queued = match commands::translate(&args, &self.shared.cursors) {
+                    Translated::Data { op, shape } => Queued::Op(op, shape),
+                    Translated::Reply(v) => Queued::Fixed(v),
+                    Translated::Local(spec) => match server::local(spec, &args, &mut self.st, self.shared) {
+                        server::Outcome::Reply(v) => Queued::Fixed(v),
+                        server::Outcome::Quit => Queued::Fixed(RespValue::ok()),
+                    },
+                };
+                if let Some(m) = &mut self.multi {
+                    m.queued.push(queued);
+                }
+                return self.ready(RespValue::Simple("QUEUED".into()));
+            }
+            _ => {}
         }
         match commands::translate(&args, &self.shared.cursors) {
             Translated::Reply(v) => self.ready(v),
@@ -211,19 +297,68 @@ impl Conn<'_> {
                     self.closing = true;
                 }
             },
-            Translated::Data { op, shape } => self.submit(op, shape).await,
+            Translated::Data { op, shape } => {
+                let seq = self.submit(op, shape, None).await;
+                if let (Some(seq), Shape::Watch) = (seq, shape) {
+                    self.watch_pending.insert(seq);
+                }
+            }
         }
+    }
+
+    /// An error answered at once; inside MULTI it also dooms the transaction.
+    fn queue_error(&mut self, v: RespValue) {
+        if let Some(m) = &mut self.multi {
+            m.dirty = true;
+        }
+        self.ready(v)
+    }
+
+    fn unwatch(&mut self) {
+        self.watched.clear();
+        self.watch_pending.clear();
+        self.watch_failed = false;
+    }
+
+    /// EXEC: the queued data commands become one `Op::Multi` (one log entry, applied
+    /// atomically), conditioned on the versions of the watched keys.
+    async fn exec(&mut self) {
+        let Some(m) = self.multi.take() else { return };
+        let watch = std::mem::take(&mut self.watched);
+        let watch_failed = self.watch_failed;
+        self.unwatch();
+        if m.dirty {
+            return self.ready(RespValue::err("EXECABORT Transaction discarded because of previous errors."));
+        }
+        if watch_failed {
+            return self.ready(RespValue::NullArray);
+        }
+        let ops: Vec<Op> = m
+            .queued
+            .iter()
+            .filter_map(|q| match q {
+                Queued::Op(op, _) => Some(op.clone()),
+                Queued::Fixed(_) => None,
+            })
+            .collect();
+        if ops.is_empty() && watch.is_empty() {
+            let replies = m.queued.into_iter().filter_map(|q| if let Queued::Fixed(v) = q { Some(v) } else { None });
+            return self.ready(RespValue::Array(replies.collect()));
+        }
+        self.submit(Op::Multi { ops, watch }, Shape::Done, Some(m.queued)).await;
     }
 
     fn ready(&mut self, v: RespValue) {
         self.out.push_back(Slot::Ready(v, self.st.proto));
     }
 
-    async fn submit(&mut self, op: Op, shape: Shape) {
+    /// Send a data command through the log; its sequence number, or None if refused.
+    async fn submit(&mut self, op: Op, shape: Shape, exec: Option<Vec<Queued>>) -> Option<u64> {
         self.shared.metrics.client_requests.increment(1);
         if let Err(e) = op.validate(&self.shared.limits) {
             self.shared.metrics.client_invalid.increment(1);
-            return self.ready(RespValue::err(format!("ERR {e}; nothing was applied")));
+            self.ready(RespValue::err(format!("ERR {e}; nothing was applied")));
+            return None;
         }
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -237,6 +372,7 @@ impl Conn<'_> {
             Pending {
                 cmd,
                 shape,
+                exec,
                 size,
                 started: now,
                 deadline: now + self.shared.attempt_timeout,
@@ -250,6 +386,7 @@ impl Conn<'_> {
         self.inflight_bytes += size;
         self.out.push_back(Slot::Wait(seq, self.st.proto));
         self.attempt(seq).await;
+        Some(seq)
     }
 
     /// Where the next attempt goes: the leader named by the last redirect, else the leader
@@ -309,7 +446,18 @@ impl Conn<'_> {
         let Some(p) = self.pending.get_mut(&r.seq) else { return }; // answered already
         match r.body {
             ReplyBody::Done(result) => {
-                let v = commands::render(p.shape, result, &self.shared.cursors);
+                if p.shape == Shape::Watch && self.watch_pending.remove(&r.seq) {
+                    match (&p.cmd.op, &result) {
+                        (Op::Versions { keys }, OpResult::Versions(vs)) if keys.len() == vs.len() => {
+                            self.watched.extend(keys.iter().cloned().zip(vs.iter().copied()))
+                        }
+                        _ => self.watch_failed = true,
+                    }
+                }
+                let v = match p.exec.take() {
+                    Some(queued) => render_exec(queued, result, &self.shared.cursors),
+                    None => commands::render(p.shape, result, &self.shared.cursors),
+                };
                 self.finish(r.seq, v);
             }
             ReplyBody::Invalid { reason } => self.finish(r.seq, RespValue::err(format!("ERR {reason}"))),
@@ -335,6 +483,10 @@ impl Conn<'_> {
     }
 
     fn finish(&mut self, seq: u64, v: RespValue) {
+        // A WATCH answered otherwise than with versions (error, timeout).
+        if self.watch_pending.remove(&seq) {
+            self.watch_failed = true;
+        }
         if let Some(p) = self.pending.remove(&seq) {
             self.inflight_bytes -= p.size;
             self.done.insert(seq, v);
@@ -389,5 +541,31 @@ impl Conn<'_> {
             }
         }
         false
+    }
+}
+
+/// EXEC's reply: the array of the queued commands' replies, in order (data commands from the
+/// transaction's results, the others as decided at queue time), or a null array when a
+/// watched key had changed.
+fn render_exec(queued: Vec<Queued>, result: OpResult, cursors: &commands::Cursors) -> RespValue {
+    match result {
+        OpResult::Multi(None) => RespValue::NullArray,
+        OpResult::Multi(Some(results)) => {
+            let mut results = results.into_iter();
+            RespValue::Array(
+                queued
+                    .into_iter()
+                    .map(|q| match q {
+                        Queued::Fixed(v) => v,
+                        Queued::Op(_, shape) => match results.next() {
+                            Some(r) => commands::render(shape, r, cursors),
+                            None => RespValue::err("ERR internal error: missing transaction result"),
+                        },
+                    })
+                    .collect(),
+            )
+        }
+        OpResult::Error(e) => RespValue::err(e),
+        other => RespValue::err(format!("ERR internal error: result {other:?} does not fit EXEC")),
     }
 }

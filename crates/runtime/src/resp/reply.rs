@@ -17,6 +17,8 @@ pub enum RespValue {
     Int(i64),
     Bulk(Bytes),
     Null,
+    /// A null array: `*-1` in RESP2 (EXEC of an aborted transaction), `_` in RESP3.
+    NullArray,
     Array(Vec<RespValue>),
     /// Field/value pairs: a map in RESP3, a flat array in RESP2.
     Map(Vec<(RespValue, RespValue)>),
@@ -56,6 +58,10 @@ impl RespValue {
     pub fn encode(&self, proto: u8, out: &mut BytesMut) {
         // The encoders only fail on frames they cannot represent, and we build none of those;
         // should one ever fail, the client gets an error reply rather than a broken stream.
+        if proto < 3 && *self == RespValue::NullArray {
+            out.extend_from_slice(b"*-1\r\n");
+            return;
+        }
         let ok = if proto >= 3 {
             redis_protocol::resp3::encode::complete::extend_encode(out, &self.to_resp3(), false).is_ok()
         } else {
@@ -72,7 +78,7 @@ impl RespValue {
             RespValue::Error(e) => Frame2::Error(Str::from(e.as_str())),
             RespValue::Int(i) => Frame2::Integer(*i),
             RespValue::Bulk(b) => Frame2::BulkString(b.clone()),
-            RespValue::Null => Frame2::Null,
+            RespValue::Null | RespValue::NullArray => Frame2::Null,
             RespValue::Array(items) => Frame2::Array(items.iter().map(|v| v.to_resp2()).collect()),
             RespValue::Map(pairs) => {
                 Frame2::Array(pairs.iter().flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()]).collect())
@@ -86,7 +92,7 @@ impl RespValue {
             RespValue::Error(e) => Frame3::SimpleError { data: Str::from(e.as_str()), attributes: None },
             RespValue::Int(i) => Frame3::Number { data: *i, attributes: None },
             RespValue::Bulk(b) => Frame3::BlobString { data: b.clone(), attributes: None },
-            RespValue::Null => Frame3::Null,
+            RespValue::Null | RespValue::NullArray => Frame3::Null,
             RespValue::Array(items) => {
                 Frame3::Array { data: items.iter().map(|v| v.to_resp3()).collect(), attributes: None }
             }
@@ -113,6 +119,8 @@ mod tests {
         assert_eq!(enc(&RespValue::ok(), 2), "+OK\r\n");
         assert_eq!(enc(&RespValue::Null, 2), "$-1\r\n");
         assert_eq!(enc(&RespValue::Null, 3), "_\r\n");
+        assert_eq!(enc(&RespValue::NullArray, 2), "*-1\r\n");
+        assert_eq!(enc(&RespValue::NullArray, 3), "_\r\n");
         assert_eq!(enc(&RespValue::Int(-7), 3), ":-7\r\n");
         assert_eq!(enc(&RespValue::bulk("a\r\nb"), 2), "$4\r\na\r\nb\r\n");
         let map = RespValue::Map(vec![(RespValue::text("f"), RespValue::text("v"))]);

@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""Reply-by-reply comparison of synod's Redis front end with a real redis-server.
+
+The same command list is sent, in order, to a redis-server (the oracle) and to a synod
+replica's RESP port over raw sockets, and the replies are compared exactly: type (simple
+string, error, integer, bulk, null bulk, array, null array) and content, error texts
+included. A few replies are compared loosely, and say so in the list: time-dependent ones
+(PTTL: within a tolerance) and unordered ones (SMEMBERS-like: as sets).
+
+Usage: compat.py --redis PORT --synod PORT [--host 127.0.0.1] [-v]
+Exits non-zero and prints every mismatch if any reply differs.
+
+Both servers are wiped with FLUSHALL first: point it at a scratch redis-server and cluster.
+"""
+
+import argparse
+import socket
+import sys
+
+# Each case: (connection, mode, command words). Connection 1 or 2 (WATCH needs a second
+# client). Modes: "exact", "approx" (integers within 1500 of each other: PTTL), "set"
+# (arrays compared as multisets: SMEMBERS order is Redis's hash order), "shape" (same type,
+# same array length, both null or both not: SPOP/SRANDMEMBER pick at random in Redis and by
+# the command's stamp in synod).
+E, A, S, H = "exact", "approx", "set", "shape"
+
+
+def c(*words, conn=1, mode=E):
+    return (conn, mode, [w if isinstance(w, bytes) else str(w).encode() for w in words])
+
+
+CASES = [
+    c("FLUSHALL"),
+    # strings (existing commands, as a baseline)
+    c("SET", "s", "hello"),
+    c("GET", "s"),
+    c("APPEND", "s", " world"),
+    c("STRLEN", "s"),
+    c("GETRANGE", "s", 0, 4),
+    c("GETRANGE", "s", -5, -1),
+    c("GETRANGE", "s", 0, -1),
+    c("GETRANGE", "s", 6, 1000),
+    c("GETRANGE", "s", 5, 3),
+    c("GETRANGE", "s", -1, -5),
+    c("GETRANGE", "s", -100, 2),
+    c("GETRANGE", "nosuch", 0, -1),
+    c("GETRANGE", "s", "a", 1),
+    c("SETRANGE", "s", 6, "Redis"),
+    c("GET", "s"),
+    c("SETRANGE", "pad", 3, "ab"),
+    c("GET", "pad"),
+    c("SETRANGE", "empty", 5, ""),
+    c("EXISTS", "empty"),
+    c("SETRANGE", "s", -1, "x"),
+    c("SETRANGE", "s", 536870911, "xy"),
+    c("SET", "f", "10.50"),
+    c("INCRBYFLOAT", "f", "0.1"),
+    c("INCRBYFLOAT", "f", "-5"),
+    c("INCRBYFLOAT", "f", "1e1"),
+    c("INCRBYFLOAT", "f", "0.25"),
+    c("INCRBYFLOAT", "newf", "1.1"),
+    c("INCRBYFLOAT", "newf", "2.2"),
+    c("INCRBYFLOAT", "newf", "-3.3"),
+    c("INCRBYFLOAT", "newf", "abc"),
+    c("INCRBYFLOAT", "s", "1"),
+    c("INCRBYFLOAT", "newf", "inf"),
+    c("SET", "n", "5"),
+    c("INCRBYFLOAT", "n", "1.5"),
+    c("INCR", "n"),
+    # expiry
+    c("SET", "e", "v"),
+    c("TTL", "e"),
+    c("PTTL", "e"),
+    c("TTL", "nosuch"),
+    c("PTTL", "nosuch"),
+    c("EXPIRE", "nosuch", 100),
+    c("EXPIRE", "e", 100),
+    c("TTL", "e"),
+    c("PTTL", "e", mode=A),
+    c("EXPIRE", "e", 200, "NX"),
+    c("EXPIRE", "e", 200, "XX"),
+    c("TTL", "e"),
+    c("EXPIRE", "e", 50, "GT"),
+    c("EXPIRE", "e", 50, "LT"),
+    c("TTL", "e"),
+    c("EXPIRE", "e", 50, "NX", "XX"),
+    c("EXPIRE", "e", 50, "GT", "LT"),
+    c("EXPIRE", "e", 50, "BOGUS"),
+    c("EXPIRE", "e", "x"),
+    c("EXPIRE", "e", "9223372036854775807"),
+    c("PEXPIRE", "e", 90000),
+    c("TTL", "e"),
+    c("PERSIST", "e"),
+    c("PERSIST", "e"),
+    c("TTL", "e"),
+    c("EXPIREAT", "e", 4102444800),
+    c("PEXPIREAT", "e", 4102444800000, "GT"),
+    c("PEXPIREAT", "e", 4102444800001, "GT"),
+    c("EXPIRE", "e", 0),
+    c("EXISTS", "e"),
+    c("SET", "e2", "v"),
+    c("EXPIREAT", "e2", 1),
+    c("GET", "e2"),
+    c("SET", "e3", "v", "EX", 100),
+    c("SET", "e3", "w", "KEEPTTL"),
+    c("TTL", "e3"),
+    c("SET", "e3", "w"),
+    c("TTL", "e3"),
+    c("SET", "g", "val"),
+    c("GETEX", "g"),
+    c("GETEX", "g", "EX", 100),
+    c("TTL", "g"),
+    c("GETEX", "g", "PERSIST"),
+    c("TTL", "g"),
+    c("GETEX", "g", "PX", 0),
+    c("GETEX", "g", "EX", 10, "PX", 10),
+    c("GETEX", "g", "BOGUS"),
+    c("GETEX", "nosuch", "EX", 10),
+    c("GETEX", "g", "PXAT", 1),
+    c("EXISTS", "g"),
+    # keys
+    c("SET", "a", "1"),
+    c("RENAME", "a", "b"),
+    c("GET", "b"),
+    c("EXISTS", "a"),
+    c("RENAME", "nosuch", "x"),
+    c("RENAMENX", "nosuch", "x"),
+    c("SET", "c", "3"),
+    c("RENAMENX", "b", "c"),
+    c("RENAMENX", "b", "d"),
+    c("RENAME", "d", "d"),
+    c("RENAMENX", "d", "d"),
+    c("SET", "t", "v", "EX", 100),
+    c("RENAME", "t", "t2"),
+    c("TTL", "t2"),
+    c("COPY", "t2", "t3"),
+    c("TTL", "t3"),
+    c("COPY", "t2", "c"),
+    c("COPY", "t2", "c", "REPLACE"),
+    c("GET", "c"),
+    c("COPY", "t2", "t2"),
+    c("COPY", "nosuch", "z"),
+    c("COPY", "t2", "z", "BOGUS"),
+    c("HSET", "h", "f", "v"),
+    c("COPY", "h", "h2"),
+    c("HGETALL", "h2"),
+    c("TYPE", "h2"),
+    c("GETRANGE", "h", 0, 1),
+    c("SETRANGE", "h", 0, "x"),
+    c("INCRBYFLOAT", "h", "1"),
+    c("GETEX", "h"),
+    c("EXPIRE", "h", 100),
+    c("TTL", "h"),
+    c("DBSIZE"),
+    # transactions
+    c("MULTI"),
+    c("SET", "tx", "1"),
+    c("INCR", "tx"),
+    c("HLEN", "tx"),
+    c("GET", "tx"),
+    c("PING"),
+    c("EXEC"),
+    c("EXEC"),
+    c("DISCARD"),
+    c("MULTI"),
+    c("MULTI"),
+    c("SET", "tx", "2"),
+    c("DISCARD"),
+    c("GET", "tx"),
+    c("MULTI"),
+    c("SET", "tx", "3"),
+    c("NOSUCHCOMMAND", "x"),
+    c("GET"),
+    c("EXEC"),
+    c("GET", "tx"),
+    c("MULTI"),
+    c("SET", "tx", "4", "BOGUS"),
+    c("INCR", "tx"),
+    c("EXEC"),
+    c("MULTI"),
+    c("EXEC"),
+    c("MULTI"),
+    c("WATCH", "tx"),
+    c("DISCARD"),
+    # WATCH: untouched, touched by another client, touched by the watcher itself, expired.
+    c("WATCH", "tx"),
+    c("MULTI"),
+    c("INCR", "tx"),
+    c("EXEC"),
+    c("WATCH", "tx", "other"),
+    c("SET", "tx", "9", conn=2),
+    c("MULTI"),
+    c("INCR", "tx"),
+    c("EXEC"),
+    c("GET", "tx"),
+    c("WATCH", "tx"),
+    c("SET", "tx", "10"),
+    c("MULTI"),
+    c("INCR", "tx"),
+    c("EXEC"),
+    c("WATCH", "other"),
+    c("SET", "other", "x", conn=2),
+    c("UNWATCH"),
+    c("MULTI"),
+    c("GET", "other"),
+    c("EXEC"),
+    c("WATCH", "gone"),
+    c("SET", "gone", "x", conn=2),
+    c("DEL", "gone", conn=2),
+    c("SET", "gone", "x", conn=2),
+    c("MULTI"),
+    c("GET", "gone"),
+    c("EXEC"),
+    c("WATCH", "tx"),
+    c("EXPIRE", "tx", 100, conn=2),
+    c("MULTI"),
+    c("GET", "tx"),
+    c("EXEC"),
+    c("EXEC"),
+    c("UNWATCH"),
+    # lists
+    c("LPOP", "l", 0),
+    c("LPOP", "l", 2),
+    c("LPUSHX", "l", "a"),
+    c("RPUSH", "l", "a", "b", "c"),
+    c("LPUSH", "l", "x", "y"),
+    c("LRANGE", "l", 0, -1),
+    c("LRANGE", "l", -2, 100),
+    c("LRANGE", "l", 3, 1),
+    c("LRANGE", "l", 0, -100),
+    c("LRANGE", "nosuch", 0, -1),
+    c("LRANGE", "l", "x", 1),
+    c("LLEN", "l"),
+    c("LLEN", "nosuch"),
+    c("LINDEX", "l", -1),
+    c("LINDEX", "l", 10),
+    c("LINDEX", "l", "x"),
+    c("LSET", "l", 1, "X"),
+    c("LSET", "l", 10, "X"),
+    c("LSET", "nosuch", 0, "X"),
+    c("LPOP", "l"),
+    c("RPOP", "l", 2),
+    c("LPOP", "l", 0),
+    c("LPOP", "l", -1),
+    c("LPOP", "l", "x"),
+    c("LRANGE", "l", 0, -1),
+    c("RPUSH", "r", "a", "b", "a", "c", "a"),
+    c("LREM", "r", -1, "a"),
+    c("LREM", "r", 1, "a"),
+    c("LRANGE", "r", 0, -1),
+    c("LREM", "r", 0, "a"),
+    c("LREM", "r", "x", "a"),
+    c("LTRIM", "r", 1, -1),
+    c("LRANGE", "r", 0, -1),
+    c("LTRIM", "nosuch", 0, 1),
+    c("RPUSH", "m", 1, 2, 3),
+    c("LMOVE", "m", "m", "LEFT", "RIGHT"),
+    c("LRANGE", "m", 0, -1),
+    c("LMOVE", "r", "m", "LEFT", "LEFT"),
+    c("LRANGE", "m", 0, -1),
+    c("EXISTS", "r"),
+    c("LMOVE", "m", "m2", "UP", "LEFT"),
+    c("LMOVE", "nosuch", "m2", "LEFT", "LEFT"),
+    c("TYPE", "m"),
+    c("SET", "str", "v"),
+    c("LPUSH", "str", "a"),
+    c("LPUSHX", "str", "a"),
+    c("LPOP", "str"),
+    c("LRANGE", "str", 0, -1),
+    c("LMOVE", "m", "str", "LEFT", "LEFT"),
+    c("LLEN", "m"),
+    c("GET", "m"),
+    c("MULTI"),
+    c("RPUSH", "q", "job1", "job2"),
+    c("LMOVE", "q", "work", "LEFT", "RIGHT"),
+    c("LRANGE", "work", 0, -1),
+    c("EXEC"),
+    c("RPOP", "m", 10),
+    c("EXISTS", "m"),
+    # hash counters
+    c("HINCRBY", "hc", "n", 5),
+    c("HINCRBY", "hc", "n", -7),
+    c("HINCRBY", "hc", "n", "x"),
+    c("HINCRBYFLOAT", "hc", "f", "10.5"),
+    c("HINCRBYFLOAT", "hc", "f", "0.1"),
+    c("HINCRBYFLOAT", "hc", "f", "abc"),
+    c("HINCRBY", "hc", "f", 1),
+    c("HSET", "hc", "s", "abc", "big", "9223372036854775807"),
+    c("HINCRBYFLOAT", "hc", "s", "1"),
+    c("HINCRBY", "hc", "big", 1),
+    c("HSETNX", "hc", "s", "x"),
+    c("HSETNX", "hc", "new", "x"),
+    c("HSTRLEN", "hc", "s"),
+    c("HSTRLEN", "hc", "zz"),
+    c("HSTRLEN", "nosuch", "zz"),
+    c("HINCRBY", "str", "f", 1),
+    c("HSETNX", "str", "f", 1),
+    c("HSTRLEN", "str", "f"),
+    c("HGETALL", "hc", mode=S),
+    c("SADD", "st", "a", "b", "c", "a"),
+    c("SADD", "st", "c", "d"),
+    c("SMEMBERS", "st", mode=S),
+    c("SMEMBERS", "nosuch"),
+    c("SISMEMBER", "st", "a"),
+    c("SISMEMBER", "st", "z"),
+    c("SISMEMBER", "nosuch", "z"),
+    c("SCARD", "st"),
+    c("SCARD", "nosuch"),
+    c("SREM", "st", "d", "z"),
+    c("SADD", "st2", "b", "c", "x"),
+    c("SINTER", "st", "st2", mode=S),
+    c("SINTER", "st", "nosuch"),
+    c("SUNION", "st", "st2", "nosuch", mode=S),
+    c("SDIFF", "st", "st2", mode=S),
+    c("SDIFF", "nosuch", "st"),
+    c("SINTER", "st", "str"),
+    c("SUNION", "nosuch", "str"),
+    c("SADD", "str", "a"),
+    c("SMEMBERS", "str"),
+    c("TYPE", "st"),
+    c("SRANDMEMBER", "st", mode=H),
+    c("SRANDMEMBER", "st", 2, mode=H),
+    c("SRANDMEMBER", "st", 10, mode=H),
+    c("SRANDMEMBER", "st", -5, mode=H),
+    c("SRANDMEMBER", "st", 0),
+    c("SRANDMEMBER", "nosuch"),
+    c("SRANDMEMBER", "nosuch", 3),
+    c("SRANDMEMBER", "st", "x"),
+    c("SRANDMEMBER", "st", 1, 2),
+    c("SPOP", "st", mode=H),
+    c("SCARD", "st"),
+    c("SPOP", "st", 0),
+    c("SPOP", "st", -1),
+    c("SPOP", "st", 1, 2),
+    c("SPOP", "nosuch"),
+    c("SPOP", "nosuch", 2),
+    c("SPOP", "st", 10, mode=H),
+    c("EXISTS", "st"),
+    c("SREM", "st2", "b", "c", "x"),
+    c("EXISTS", "st2"),
+    # FLUSHDB / FLUSHALL
+    c("FLUSHDB", "BOGUS"),
+    c("FLUSHDB", "ASYNC"),
+    c("DBSIZE"),
+    c("SET", "x", "1"),
+    c("FLUSHALL", "SYNC"),
+    c("DBSIZE"),
+]
+
+
+class Conn:
+    def __init__(self, host, port):
+        self.sock = socket.create_connection((host, port), timeout=30)
+        self.buf = b""
+
+    def send(self, words):
+        out = b"*%d\r\n" % len(words)
+        for w in words:
+            out += b"$%d\r\n%s\r\n" % (len(w), w)
+        self.sock.sendall(out)
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2 :]
+        return data
+
+    def reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind in (b"+", b"-"):
+            return (kind.decode(), rest.decode(errors="replace"))
+        if kind == b":":
+            return (":", int(rest))
+        if kind == b"$":
+            n = int(rest)
+            return ("$", None if n < 0 else self._exact(n))
+        if kind == b"*":
+            n = int(rest)
+            return ("*", None if n < 0 else [self.reply() for _ in range(n)])
+        raise ValueError(f"unexpected reply line {line!r}")
+
+
+def same(mode, a, b):
+    if mode == H:
+        if a[0] != b[0] or (a[1] is None) != (b[1] is None):
+            return False
+        return a[0] != "*" or a[1] is None or len(a[1]) == len(b[1])
+    if mode == A and a[0] == b[0] == ":":
+        return abs(a[1] - b[1]) <= 1500
+    if mode == S and a[0] == b[0] == "*" and a[1] is not None and b[1] is not None:
+        return sorted(map(repr, a[1])) == sorted(map(repr, b[1]))
+    return a == b
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--redis", type=int, required=True, help="redis-server port (the oracle)")
+    ap.add_argument("--synod", type=int, required=True, help="synod RESP port")
+    ap.add_argument("-v", action="store_true", help="print every reply")
+    args = ap.parse_args()
+    conns = {
+        "redis": {1: Conn(args.host, args.redis), 2: Conn(args.host, args.redis)},
+        "synod": {1: Conn(args.host, args.synod), 2: Conn(args.host, args.synod)},
+    }
+    bad = 0
+    for i, (conn, mode, words) in enumerate(CASES):
+        got = {}
+        for name in ("redis", "synod"):
+            conns[name][conn].send(words)
+            got[name] = conns[name][conn].reply()
+        cmd = " ".join(w.decode(errors="replace") for w in words)
+        ok = same(mode, got["redis"], got["synod"])
+        if not ok:
+            bad += 1
+            print(f"MISMATCH #{i} [conn {conn}] {cmd}\n  redis: {got['redis']!r}\n  synod: {got['synod']!r}")
+        elif args.v:
+            print(f"ok #{i} [conn {conn}] {cmd} -> {got['redis']!r}")
+    print(f"compat: {len(CASES) - bad}/{len(CASES)} replies identical to redis-server's")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
