@@ -8,6 +8,7 @@
 
 pub mod ballot;
 pub mod batch;
+pub mod client_policy;
 pub mod erasure;
 pub mod kv;
 pub mod log;
@@ -20,6 +21,7 @@ pub mod time;
 pub mod wire;
 
 pub use ballot::Ballot;
+pub use client_policy::{ClientAction, ClientCtx, ClientPolicy, Outcome, RequestMeta};
 pub use kv::{Command, Op, OpResult};
 pub use params::{Limits, ProtocolParams};
 pub use protocol::{
