@@ -18,6 +18,9 @@ mod testnet;
 #[cfg(test)]
 mod decode_tests;
 
+#[cfg(test)]
+mod registry_tests;
+
 /// Deliberately broken protocol variants, registered only for the mutation tests that prove
 /// the checkers can fail. Never reachable from the CLI.
 #[cfg(feature = "mutants")]
