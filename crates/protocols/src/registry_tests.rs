@@ -155,9 +155,7 @@ fn restart_from_wal(p: &ProtocolInfo, n: u32) {
 /// (and was trimmed) catches up through a snapshot; then every replica is restarted from its
 /// compacted durable state and the cluster still has every write.
 fn snapshot_catch_up(p: &ProtocolInfo, n: u32) {
-    let mut params = ProtocolParams::default();
-    params.snapshot_every = 8;
-    params.snapshot_keep = 2;
+    let params = ProtocolParams { snapshot_every: 8, snapshot_keep: 2, ..ProtocolParams::default() };
     let mut net = net_for(p, n, params);
     let mut d = Driver::new(13);
     write_all(p, &mut net, &mut d, 0, 10, "all up");
