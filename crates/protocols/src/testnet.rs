@@ -251,7 +251,7 @@ impl Net {
 
     pub fn request(&mut self, at: NodeId, client: u64, seq: u64, op: Op) {
         let cmd = Command { client, seq, acked_below: seq, now_ms: 0, op };
-        self.event(at, Event::Request { client: ClientRef { node: at, conn: client }, cmd });
+        self.event(at, Event::Request { client: ClientRef { node: at, conn: client }, cmd, meta: Default::default() });
         self.deliver_all();
     }
 

@@ -954,7 +954,7 @@ impl Protocol for Mencius {
                     Msg::Snapshot { upto, data } => self.on_snapshot(ctx, upto, data),
                 }
             }
-            Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Timer(_) | Event::Persisted { .. } => {}
