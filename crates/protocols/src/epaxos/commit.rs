@@ -4,7 +4,7 @@ use super::conflicts::interfere;
 use super::msg::{Attrs, InstId, Msg, Phase};
 use super::{Epaxos, Lead, Step, MAX_BATCH_BYTES};
 use synod_core::batch::Pending;
-use synod_core::{Ballot, ClientRef, Command, Ctx, NodeId};
+use synod_core::{Ballot, ClientRef, Command, Ctx, NodeId, Op, OpResult, ReplyBody};
 
 impl Epaxos {
     // --- Phase 1: establish ordering constraints ------------------------------------------
@@ -260,6 +260,23 @@ impl Epaxos {
         self.advance_committed(p);
         if id.space == self.id {
             self.repropose_displaced(ctx, id.index, &cmds);
+            if self.reply_at_commit {
+                self.reply_committed_puts(ctx, id.index);
+            }
+        }
+    }
+
+    /// `reply=commit` (module docs): answer the plain puts of our instance `index` now; they
+    /// are executed later without a second answer.
+    fn reply_committed_puts(&mut self, ctx: &mut Ctx<'_>, index: u64) {
+        let Some(batch) = self.proposed.get_mut(&index) else { return };
+        for p in batch.iter_mut() {
+            if matches!(p.cmd.op, Op::Put { .. }) {
+                if let Some(client) = p.client.take() {
+                    ctx.answer(client, &p.cmd, ReplyBody::Done(OpResult::Done));
+                    self.counters.commit_replies += 1;
+                }
+            }
         }
     }
 

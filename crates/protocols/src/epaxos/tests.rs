@@ -240,3 +240,39 @@ fn thrifty_fast_quorums_avoid_the_slowest_and_the_silent_peers_section_7_3() {
     e.heard.insert(3, Time::from_millis(10_000 - 4 * e.params.heartbeat_ms));
     assert_eq!(e.fast_peers(now), vec![5, 4, 2]);
 }
+
+/// `reply=commit`: a put is answered when its instance commits at the command leader, even
+/// while its execution waits for an interfering instance that is not committed yet; a read
+/// still waits for execution, and sees the put.
+#[test]
+fn with_reply_at_commit_a_put_is_answered_before_it_can_execute() {
+    let mut params = ProtocolParams::default();
+    params.set("reply=commit").unwrap();
+    let mut net = Net::with_params(3, build, params);
+    net.run_for(Duration::from_millis(300));
+    // Node 2 never hears back about its put on k: instance 2.1 is pre-accepted at node 2 and
+    // its fast-quorum peer, committed nowhere. Then node 2 crashes.
+    net.drop = Box::new(|_, to, _| to == 2);
+    submit(&mut net, 2, 7, 1, put("k", "x"));
+    net.deliver_all();
+    net.crash(2);
+    net.drop = Box::new(|_, _, _| false);
+    // Node 1's put on k depends on 2.1 (node 1 or node 3 knows it): it commits but cannot
+    // execute.
+    submit(&mut net, 1, 8, 1, put("k", "y"));
+    // (Its thrifty PreAccept may have gone to the crashed node: the fallback takes retry_ms.)
+    let t0 = net.now;
+    while net.reply_for(8, 1).is_none() && net.now.since(t0) < Duration::from_secs(1) {
+        net.tick();
+    }
+    assert_eq!(net.reply_for(8, 1), Some(&DONE), "answered at commit");
+    assert_eq!(counter(&net, 1, "commit_replies"), 1);
+    assert_eq!(counter(&net, 1, "commands_executed"), 0, "execution waits for 2.1");
+    // Explicit Prepare finishes 2.1 (node 1 saw its command); then both run, x before y.
+    net.run_for(Duration::from_secs(3));
+    net.request(3, 9, 1, get("k"));
+    net.run_for(Duration::from_millis(200));
+    assert_eq!(net.reply_for(9, 1), Some(&value("y")));
+    assert_eq!(net.replies.iter().filter(|r| r.client == 8).count(), 1, "answered once, not again at execution");
+    net.assert_agreement();
+}
