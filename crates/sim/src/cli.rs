@@ -65,8 +65,18 @@ pub struct CheckSummary {
 /// Counters protocols report in `Status::extra` that say which paths a schedule exercised
 /// (EPaxos: slow path, SCCs of more than one instance, recovery; Mencius: skips and
 /// revocations). `synod check` prints in how many schedules each was non-zero at the end.
-pub const PATH_COUNTERS: &[&str] =
-    &["fast_path", "slow_path", "sccs_multi", "recoveries", "noops", "reproposed", "snapshots", "skips", "revocations"];
+pub const PATH_COUNTERS: &[&str] = &[
+    "fast_path",
+    "slow_path",
+    "sccs_multi",
+    "recoveries",
+    "noops",
+    "reproposed",
+    "commit_replies",
+    "snapshots",
+    "skips",
+    "revocations",
+];
 
 /// Lines of trace shown with a violation.
 const TRACE_TAIL: usize = 40;
