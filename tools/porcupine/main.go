@@ -43,6 +43,8 @@ type output struct {
 	Existed bool    `json:"existed"`
 	Ok      bool    `json:"ok"`
 	Current *string `json:"current"`
+	// Rejected for good: the operation never takes effect (left out of the check).
+	Rejected bool `json:"rejected"`
 }
 
 // kvInput / kvOutput are what the Porcupine model sees. `known` is false for an
@@ -170,6 +172,10 @@ func load(path string) ([]porcupine.Operation, error) {
 			}
 			ret = *o.Return
 			out = kvOutput{known: true, out: *o.Output}
+			if o.Output.Rejected {
+				// Must never take effect: the rest of the history is checked without it.
+				continue
+			}
 		}
 		ops = append(ops, porcupine.Operation{
 			ClientId: n,

@@ -398,13 +398,23 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
 fn print_run(title: &str, r: &driver::RunResult) {
     println!("{title}{}", if r.interrupted { " (interrupted)" } else { "" });
     println!(
-        "  {:<6} {:>10} {:>8} {:>7} {:>11} {:>8} {:>8} {:>8} {:>9} {:>8}",
-        "class", "ok", "rejected", "errors", "ops/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"
+        "  {:<6} {:>10} {:>8} {:>10} {:>7} {:>11} {:>8} {:>8} {:>8} {:>9} {:>8}",
+        "class", "ok", "rejected", "ambivalent", "errors", "ops/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"
     );
     for c in &r.summary.classes {
         println!(
-            "  {:<6} {:>10} {:>8} {:>7} {:>11.0} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>8.3}",
-            c.class, c.ok, c.rejected, c.errors, c.throughput, c.p50_ms, c.p90_ms, c.p99_ms, c.p999_ms, c.max_ms
+            "  {:<6} {:>10} {:>8} {:>10} {:>7} {:>11.0} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>8.3}",
+            c.class,
+            c.ok,
+            c.rejected,
+            c.ambivalent,
+            c.errors,
+            c.throughput,
+            c.p50_ms,
+            c.p90_ms,
+            c.p99_ms,
+            c.p999_ms,
+            c.max_ms
         );
     }
     if r.summary.dropped > 0 {

@@ -249,6 +249,7 @@ fn completion_of(r: &Result<Result<Outcome, TargetError>, tokio::time::error::El
     match r {
         Ok(Ok(Outcome::Ok)) => (Completion::Ok, false),
         Ok(Ok(Outcome::Rejected(_))) => (Completion::Rejected, false),
+        Ok(Ok(Outcome::Ambivalent(_))) => (Completion::Ambivalent, false),
         Ok(Ok(Outcome::Error(_))) => (Completion::Error, false),
         // The connection is broken or in an unknown state: reopen it.
         Ok(Err(_)) | Err(_) => (Completion::Error, true),
@@ -549,9 +550,10 @@ async fn progress_loop(label: String, shared: Arc<Shared>, bound: RunBound) {
                 (a.throughput, a.p99_ms)
             });
             format!(
-                "[{label}] {goal}  {tput:.0} ops/s  p99 {p99:.2} ms  ok {} rejected {} errors {} dropped {}",
+                "[{label}] {goal}  {tput:.0} ops/s  p99 {p99:.2} ms  ok {} rejected {} ambivalent {} errors {} dropped {}",
                 all.ok(),
                 all.rejected,
+                all.ambivalent,
                 all.errors,
                 rec.dropped
             )

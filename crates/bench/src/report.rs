@@ -30,12 +30,22 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
     std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
 
-const CLASS_HEADER: &str = "class,ok,rejected,errors,throughput_ops_s,p50_ms,p90_ms,p99_ms,p999_ms,max_ms";
+const CLASS_HEADER: &str = "class,ok,rejected,ambivalent,errors,throughput_ops_s,p50_ms,p90_ms,p99_ms,p999_ms,max_ms";
 
 fn class_csv(c: &crate::stats::ClassSummary) -> String {
     format!(
-        "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
-        c.class, c.ok, c.rejected, c.errors, c.throughput, c.p50_ms, c.p90_ms, c.p99_ms, c.p999_ms, c.max_ms
+        "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
+        c.class,
+        c.ok,
+        c.rejected,
+        c.ambivalent,
+        c.errors,
+        c.throughput,
+        c.p50_ms,
+        c.p90_ms,
+        c.p99_ms,
+        c.p999_ms,
+        c.max_ms
     )
 }
 
@@ -255,6 +265,7 @@ mod tests {
             class: "all".into(),
             ok: 10,
             rejected: 0,
+            ambivalent: 0,
             errors: 1,
             throughput: tput,
             p50_ms: p99 / 2.0,

@@ -21,8 +21,11 @@ fn histogram(sigfig: u8) -> Histogram<u64> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Completion {
     Ok,
-    /// The target answered and refused (overload, invalid request).
+    /// The target answered and refused for good (overload, invalid request, IDEM when every
+    /// replica refused): the operation was not and will not be executed.
     Rejected,
+    /// Refused, but the operation may still execute (IDEM's ambivalent `n − f` rejects).
+    Ambivalent,
     /// Transport failure, timeout or an error answer.
     Error,
 }
@@ -33,18 +36,20 @@ pub struct ClassStats {
     /// Latency of the operations that succeeded.
     pub hist: Histogram<u64>,
     pub rejected: u64,
+    pub ambivalent: u64,
     pub errors: u64,
 }
 
 impl ClassStats {
     fn new(sigfig: u8) -> ClassStats {
-        ClassStats { hist: histogram(sigfig), rejected: 0, errors: 0 }
+        ClassStats { hist: histogram(sigfig), rejected: 0, ambivalent: 0, errors: 0 }
     }
 
     fn record(&mut self, latency: Duration, completion: Completion) {
         match completion {
             Completion::Ok => self.hist.saturating_record((latency.as_micros() as u64).max(1)),
             Completion::Rejected => self.rejected += 1,
+            Completion::Ambivalent => self.ambivalent += 1,
             Completion::Error => self.errors += 1,
         }
     }
@@ -185,6 +190,7 @@ fn merge(classes: &[ClassStats]) -> ClassStats {
     for c in classes {
         all.hist.add(&c.hist).expect("same bounds");
         all.rejected += c.rejected;
+        all.ambivalent += c.ambivalent;
         all.errors += c.errors;
     }
     all
@@ -195,7 +201,10 @@ fn merge(classes: &[ClassStats]) -> ClassStats {
 pub struct ClassSummary {
     pub class: String,
     pub ok: u64,
+    /// Refused for good (definitive rejects, invalid requests).
     pub rejected: u64,
+    /// Refused, but may still execute (ambivalent rejects).
+    pub ambivalent: u64,
     pub errors: u64,
     /// Successful operations per second.
     pub throughput: f64,
@@ -213,6 +222,7 @@ impl ClassSummary {
             class: name.to_string(),
             ok: s.ok(),
             rejected: s.rejected,
+            ambivalent: s.ambivalent,
             errors: s.errors,
             throughput: s.ok() as f64 / secs,
             p50_ms: q(0.5),
@@ -267,6 +277,8 @@ mod tests {
         }
         r.record(OpClass::Write, Duration::from_millis(10), Duration::from_millis(50), Completion::Ok);
         r.record(OpClass::Write, Duration::from_millis(10), Duration::from_millis(1), Completion::Rejected);
+        r.record(OpClass::Write, Duration::from_millis(11), Duration::from_millis(1), Completion::Ambivalent);
+        r.record(OpClass::Write, Duration::from_millis(12), Duration::from_millis(1), Completion::Ambivalent);
         r.record(OpClass::Scan, Duration::from_millis(1500), Duration::from_millis(1), Completion::Error);
         let s = r.summary(Duration::from_secs(2));
         let read = s.class("read").unwrap();
@@ -276,7 +288,8 @@ mod tests {
         assert!((read.max_ms - 10.0).abs() < 0.01);
         assert!((read.throughput - 500.0).abs() < 1e-9);
         let write = s.class("write").unwrap();
-        assert_eq!((write.ok, write.rejected, write.errors), (1, 1, 0));
+        assert_eq!((write.ok, write.rejected, write.ambivalent, write.errors), (1, 1, 2, 0));
+        assert_eq!(s.all().ambivalent, 2, "counted apart from definitive rejects");
         assert_eq!(s.class("scan").unwrap().errors, 1);
         assert!(s.class("rmw").is_none(), "classes without operations are left out");
         let all = s.all();

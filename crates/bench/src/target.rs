@@ -28,9 +28,11 @@ use synod_core::{Op, OpResult};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Ok,
-    /// The target answered and refused the operation (overloaded, invalid request): the
-    /// system is alive but did not do the work.
+    /// The target answered and refused the operation (overloaded, invalid request, a
+    /// definitive reject): the system is alive but did not do the work.
     Rejected(String),
+    /// Refused, but the operation may still execute (an ambivalent reject: IDEM's `n − f`).
+    Ambivalent(String),
     /// The target answered with an error for this operation (a failed operation, a timeout
     /// inside the client library, an unexpected answer).
     Error(String),
@@ -132,7 +134,12 @@ impl TargetSpec {
             TargetKind::Synod => {
                 // Each client starts at its own replica: leaderless protocols then have every
                 // replica lead commands; leader-based ones redirect to the leader.
-                let opts = synod_client::ClientOptions { home: client, ..Default::default() };
+                // The protocol's client policy, found by the name the replicas report.
+                let opts = synod_client::ClientOptions {
+                    home: client,
+                    resolve_policy: Some(synod_protocols::registry::client_for),
+                    ..Default::default()
+                };
                 let client =
                     synod_client::Client::with_options(&self.endpoints, opts).await.map_err(|e| fail(e.to_string()))?;
                 AnyTarget::Synod(Box::new(SynodTarget { client }))
@@ -189,7 +196,9 @@ impl SynodTarget {
         match self.client.execute(op).await {
             Ok(r) => Ok(Ok(r)),
             Err(E::Invalid(reason)) => Ok(Err(Outcome::Rejected(reason))),
-            Err(e @ (E::Failed(_) | E::Timeout { .. })) => Ok(Err(Outcome::Error(e.to_string()))),
+            Err(E::Rejected { definitive: true, reason }) => Ok(Err(Outcome::Rejected(reason))),
+            Err(E::Rejected { definitive: false, reason }) => Ok(Err(Outcome::Ambivalent(reason))),
+            Err(e @ (E::Failed(_) | E::Timeout { .. } | E::Unknown(_))) => Ok(Err(Outcome::Error(e.to_string()))),
             Err(e) => Err(TargetError::Transport(e.to_string())),
         }
     }

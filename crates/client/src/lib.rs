@@ -6,48 +6,96 @@
 //! result of each (client, seq), so a put that is retried after a leader change — because its
 //! reply was lost, not the put — is applied once and the retry gets the original result.
 //!
-//! Finding the leader: the client talks to one replica at a time. A replica that is not the
-//! leader answers `NotLeader { leader }`; the client maps the node id to one of its endpoints
-//! (learned by asking every endpoint for its `Status`) and goes there. A connection error, a
-//! timeout or `NotLeader { leader: None }` (election in progress) moves the client to the next
-//! endpoint after a short randomized backoff. The leader found is cached for later requests.
+//! Where a request goes and how the replies to it count is the protocol's *client policy*
+//! (`synod_core::client_policy`, the registry entry's `client`): the leader policy follows
+//! `NotLeader` redirects, the home policy stays with one replica, IDEM's multicasts and
+//! counts rejects, Nezha's stamps a deadline and counts a super quorum of speculative
+//! replies. This client hosts the policy: it learns every endpoint's node id (asking each for
+//! its `Status`), opens a connection to a replica the first time the policy sends there and
+//! keeps it, routes the replies by (client, seq) to the policy, runs its timers, and reports
+//! a replica it cannot connect to or whose connection breaks as unreachable. The overall
+//! retry budget (`max_retry_time`) is the client's own: when it runs out the request is
+//! abandoned with [`ClientError::Timeout`].
 //!
 //! One request is outstanding per client (`&mut self`); create several clients for
-//! concurrency. They are cheap: one TCP connection each.
+//! concurrency. They are cheap: one TCP connection per replica actually used.
 
 use bytes::{Bytes, BytesMut};
 use rand::Rng as _;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
+use synod_core::client_policy::{leader_policy, ClientAction, ClientConfig, ClientCtx, ClientPolicy, Outcome};
+use synod_core::client_policy::{RequestMeta, RetryTimes};
 use synod_core::wire::{self, ClientMsg, FrameError, ServerMsg, CLIENT_MAGIC};
-use synod_core::{Command, NodeId, Op, OpResult, ReplyBody, Status};
+use synod_core::{Command, NodeId, Op, OpResult, Reply, ReplyBody, Status, Time};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 
 /// Largest reply frame accepted (a big scan); matches the replicas' default frame limit.
 const MAX_REPLY_FRAME: usize = 64 * 1024 * 1024;
-/// Backoff between attempts grows from the first to the last value (plus jitter).
+/// Backoff while no endpoint answers a status query grows from the first to the last value.
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// Backoff range the policies draw from after a refusal (election in progress, overload).
+const POLICY_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const POLICY_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// While some endpoints' node ids are unknown (they were down), ask again this often.
+const REFRESH_IDS_EVERY: Duration = Duration::from_secs(1);
 
-/// Timing knobs of a client.
+pub use synod_core::client_policy::PolicyFactory;
+
+/// Timing knobs and the client policy of a client.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
-    /// How long one attempt (connect + request + reply) may take before the client tries
-    /// elsewhere. A request slower than this is retried with the same seq, which is safe.
+    /// How long one attempt may wait for an answer before the policy tries elsewhere (the
+    /// policies' `attempt_timeout`). A request slower than this is retried with the same seq,
+    /// which is safe.
     pub request_timeout: Duration,
     /// How long a request is retried in total before [`ClientError::Timeout`].
     pub max_retry_time: Duration,
-    /// The endpoint tried first (index into the endpoints, modulo their number): the
-    /// client's home replica. A leader-based cluster redirects the client to its leader; a
+    /// The client's home replica (index into the endpoints, modulo their number): where the
+    /// policy sends first. A leader-based cluster redirects the client to its leader; a
     /// leaderless one (EPaxos, Mencius) serves it there, so spreading clients over the
     /// replicas (or giving each the nearest) spreads the command leaders.
     pub home: usize,
+    /// The protocol's client policy: its registry entry's `client`
+    /// (`synod_protocols::find(name)?.client`). The default, the leader policy, serves every
+    /// protocol whose replicas either answer a request or redirect it.
+    pub policy: PolicyFactory,
+    /// Look the policy up by the protocol name the replicas report (`Status.protocol`), e.g.
+    /// `Some(synod_protocols::registry::client_for)`; when set and the name is known it
+    /// replaces `policy`.
+    pub resolve_policy: Option<fn(&str) -> Option<PolicyFactory>>,
+    /// The protocol's options (as given to the replicas), handed to the policy.
+    pub protocol_options: BTreeMap<String, String>,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: Duration::from_secs(30), home: 0 }
+        ClientOptions {
+            request_timeout: Duration::from_secs(2),
+            max_retry_time: Duration::from_secs(30),
+            home: 0,
+            policy: leader_policy,
+            resolve_policy: None,
+            protocol_options: BTreeMap::new(),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// What the policy constructor gets.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig {
+            retry: RetryTimes {
+                attempt_timeout: self.request_timeout,
+                backoff_min: POLICY_BACKOFF_MIN,
+                backoff_max: POLICY_BACKOFF_MAX,
+            },
+            options: self.protocol_options.clone(),
+        }
     }
 }
 
@@ -60,6 +108,13 @@ pub enum ClientError {
     /// and retrying it will not help.
     #[error("request refused as invalid: {0}")]
     Invalid(String),
+    /// Refused by admission control (IDEM). `definitive`: it will never be applied (every
+    /// replica refused it); otherwise it may still be applied later: its outcome is unknown.
+    #[error("request rejected ({}): {reason}", if *definitive { "never applied" } else { "it may or may not be applied" })]
+    Rejected { definitive: bool, reason: String },
+    /// The client policy gave up without knowing whether the request was applied.
+    #[error("outcome unknown: {0}; the request may or may not have been applied")]
+    Unknown(String),
     /// No final answer within `max_retry_time`. The request may have been applied or not:
     /// the client cannot tell (it will never retry it, so it is applied at most once).
     #[error(
@@ -82,6 +137,24 @@ pub enum ClientError {
     Protocol(String),
 }
 
+impl ClientError {
+    /// Whether the request certainly was not applied (and never will be).
+    pub fn never_applied(&self) -> bool {
+        matches!(self, ClientError::Invalid(_) | ClientError::Rejected { definitive: true, .. })
+    }
+}
+
+/// Map a policy's outcome to this client's result.
+pub fn outcome_result(outcome: Outcome) -> Result<OpResult, ClientError> {
+    match outcome {
+        Outcome::Done(OpResult::Error(e)) => Err(ClientError::Failed(e)),
+        Outcome::Done(result) => Ok(result),
+        Outcome::Invalid(reason) => Err(ClientError::Invalid(reason)),
+        Outcome::Rejected { definitive, reason } => Err(ClientError::Rejected { definitive, reason }),
+        Outcome::Unknown(reason) => Err(ClientError::Unknown(reason)),
+    }
+}
+
 /// One session with a synod cluster. See the crate documentation.
 pub struct Client {
     endpoints: Vec<String>,
@@ -95,10 +168,21 @@ pub struct Client {
     acked_below: u64,
     /// Node id → index into `endpoints`, learned from the endpoints' `Status.id`.
     ids: HashMap<NodeId, usize>,
-    /// Endpoint the next attempt goes to: the leader once it is known.
+    /// The known node ids in endpoint order (what the policy sees as members).
+    members: Vec<NodeId>,
+    /// The protocol the replicas report running.
+    protocol: Option<String>,
+    last_refresh: Instant,
+    /// The endpoint the last request was sent to.
     current: usize,
-    /// Open connection, to `endpoints[conn.0]`.
-    conn: Option<(usize, Conn)>,
+    policy: Box<dyn ClientPolicy>,
+    rng: synod_core::Rng,
+    /// Open connections by node, opened on the policy's first send there.
+    links: HashMap<NodeId, Link>,
+    next_link: u64,
+    /// What the connections' reader tasks report.
+    events_tx: mpsc::UnboundedSender<LinkEvent>,
+    events: mpsc::UnboundedReceiver<LinkEvent>,
 }
 
 impl std::fmt::Debug for Client {
@@ -111,15 +195,36 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// What became of one attempt of a request.
-enum Attempt {
-    Final(Result<OpResult, ClientError>),
-    /// Go to this endpoint right away (a redirect to a known leader).
-    Redirect(usize),
-    /// Try the next endpoint after a backoff; the string says why.
-    Next(String),
-    /// Retry the same endpoint after a backoff (the replica is overloaded).
-    Again(String),
+/// One connection of the client: the write half; a task reads the other half.
+struct Link {
+    id: u64,
+    writer: OwnedWriteHalf,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// What a connection's reader task reports.
+enum LinkEvent {
+    Msg { node: NodeId, link: u64, msg: ServerMsg },
+    Closed { node: NodeId, link: u64, why: String },
+}
+
+/// An event for the policy of the current request.
+enum PolicyEvent {
+    Reply(Reply),
+    Timer(u64),
+    Unreachable(NodeId),
+}
+
+/// The client's clock for the policy: wall-clock time since the Unix epoch.
+fn wall_now() -> Time {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Time(d.as_nanos() as u64)
 }
 
 impl Client {
@@ -139,6 +244,8 @@ impl Client {
             client_id = rand::thread_rng().gen();
         }
         let home = opts.home % endpoints.len();
+        let policy = (opts.policy)(&opts.client_config());
+        let (events_tx, events) = mpsc::unbounded_channel();
         let mut c = Client {
             endpoints: endpoints.iter().map(|e| e.as_ref().to_string()).collect(),
             opts,
@@ -146,14 +253,26 @@ impl Client {
             next_seq: 1,
             acked_below: 1,
             ids: HashMap::new(),
+            members: Vec::new(),
+            protocol: None,
+            last_refresh: Instant::now(),
             current: home,
-            conn: None,
+            policy,
+            rng: synod_core::rng_from_seed(rand::thread_rng().gen()),
+            links: HashMap::new(),
+            next_link: 0,
+            events_tx,
+            events,
         };
         let start = Instant::now();
         let mut backoff = BACKOFF_MIN;
         loop {
             let (reachable, errors) = c.refresh_ids().await;
             if reachable {
+                let found = c.opts.resolve_policy.zip(c.protocol.as_deref()).and_then(|(f, name)| f(name));
+                if let Some(factory) = found {
+                    c.policy = factory(&c.opts.client_config());
+                }
                 return Ok(c);
             }
             if start.elapsed() >= c.opts.max_retry_time {
@@ -168,7 +287,8 @@ impl Client {
         self.client_id
     }
 
-    /// The endpoint requests currently go to (the leader, once found).
+    /// The endpoint the last request was sent to (the leader, once found, under the leader
+    /// policy); the home endpoint before the first request.
     pub fn current_endpoint(&self) -> &str {
         &self.endpoints[self.current]
     }
@@ -186,131 +306,182 @@ impl Client {
         result
     }
 
+    /// Run `cmd` through the policy until it finishes or the retry budget is spent.
     async fn execute_command(&mut self, cmd: &Command) -> Result<OpResult, ClientError> {
         let start = Instant::now();
-        let mut backoff = BACKOFF_MIN;
-        let mut last_error = String::from("none");
-        // Redirects in a row without an answer: a stale leader hint can bounce the client
-        // between replicas during an election, so after a few the client backs off.
-        let mut redirects = 0;
-        loop {
-            let elapsed = start.elapsed();
-            if elapsed >= self.opts.max_retry_time {
-                return Err(ClientError::Timeout { elapsed, last_error });
+        let deadline = tokio::time::Instant::now() + self.opts.max_retry_time;
+        if self.ids.len() < self.endpoints.len() && self.last_refresh.elapsed() >= REFRESH_IDS_EVERY {
+            self.refresh_ids().await;
+        }
+        // Connections that broke since the last request; replies to earlier requests.
+        while let Ok(ev) = self.events.try_recv() {
+            if let LinkEvent::Closed { node, link, .. } = ev {
+                self.drop_link(node, link);
             }
-            let budget = self.opts.request_timeout.min(self.opts.max_retry_time - elapsed);
-            match self.attempt(cmd, budget).await {
-                Attempt::Final(r) => return r,
-                Attempt::Redirect(idx) => {
-                    last_error = format!("redirected to {}", self.endpoints[idx]);
-                    self.current = idx;
-                    redirects += 1;
-                    if redirects > self.endpoints.len() {
-                        backoff = sleep_backoff(backoff).await;
+        }
+        let mut last_error = String::from("none");
+        let mut timers: HashMap<u64, tokio::time::Instant> = HashMap::new();
+        let mut inbox: VecDeque<PolicyEvent> = VecDeque::new();
+        let mut actions = self.step(|p, cx| p.begin(cx, cmd));
+        loop {
+            for action in std::mem::take(&mut actions) {
+                match action {
+                    ClientAction::Send { to, meta } => {
+                        if let Err(why) = self.send_to(to, cmd, meta, deadline).await {
+                            tracing::debug!(node = to, seq = cmd.seq, "cannot send: {why}");
+                            last_error = format!("node {to}: {why}");
+                            inbox.push_back(PolicyEvent::Unreachable(to));
+                        }
+                    }
+                    ClientAction::SetTimer { id, after } => {
+                        timers.insert(id, tokio::time::Instant::now() + after);
+                    }
+                    ClientAction::CancelTimer { id } => {
+                        timers.remove(&id);
+                    }
+                    ClientAction::Finish(outcome) => return outcome_result(outcome),
+                }
+            }
+            if let Some(ev) = inbox.pop_front() {
+                actions = self.step(|p, cx| match ev {
+                    PolicyEvent::Reply(r) => p.on_reply(cx, r),
+                    PolicyEvent::Timer(id) => p.on_timer(cx, id),
+                    PolicyEvent::Unreachable(node) => p.on_unreachable(cx, node),
+                });
+                continue;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::Timeout { elapsed: start.elapsed(), last_error });
+            }
+            let next_timer = timers.iter().min_by_key(|(_, at)| **at).map(|(id, at)| (*id, *at));
+            let wake = next_timer.map_or(deadline, |(_, at)| at.min(deadline));
+            tokio::select! {
+                ev = self.events.recv() => match ev {
+                    Some(LinkEvent::Msg { node, link, msg }) => match msg {
+                        ServerMsg::Reply(r) if r.client == cmd.client && r.seq == cmd.seq => {
+                            if !matches!(r.body, ReplyBody::Done(_)) {
+                                last_error = format!("node {node}: {}", describe(&r.body));
+                            }
+                            inbox.push_back(PolicyEvent::Reply(r));
+                        }
+                        ServerMsg::Refused { reason } => {
+                            last_error = format!("node {node} refused the connection: {reason}");
+                            if self.drop_link(node, link) {
+                                inbox.push_back(PolicyEvent::Unreachable(node));
+                            }
+                        }
+                        // A late reply to an earlier request of this session, or a status.
+                        _ => {}
+                    },
+                    Some(LinkEvent::Closed { node, link, why }) if self.drop_link(node, link) => {
+                        last_error = format!("node {node}: {why}");
+                        inbox.push_back(PolicyEvent::Unreachable(node));
+                    }
+                    // A connection replaced since, or the channel (never: we hold a sender).
+                    Some(LinkEvent::Closed { .. }) | None => {}
+                },
+                _ = tokio::time::sleep_until(wake) => {
+                    if let Some((id, at)) = next_timer {
+                        if at <= tokio::time::Instant::now() {
+                            timers.remove(&id);
+                            if last_error == "none" {
+                                last_error = format!("no reply within {:?}", self.opts.request_timeout);
+                            }
+                            inbox.push_back(PolicyEvent::Timer(id));
+                        }
                     }
                 }
-                Attempt::Next(why) => {
-                    tracing::debug!(endpoint = %self.endpoints[self.current], seq = cmd.seq, "retrying elsewhere: {why}");
-                    last_error = format!("{}: {why}", self.endpoints[self.current]);
-                    self.conn = None;
-                    self.current = (self.current + 1) % self.endpoints.len();
-                    backoff = sleep_backoff(backoff).await;
-                }
-                Attempt::Again(why) => {
-                    last_error = format!("{}: {why}", self.endpoints[self.current]);
-                    backoff = sleep_backoff(backoff).await;
-                }
             }
         }
     }
 
-    /// Send `cmd` to the current endpoint and wait for its reply, within `budget`.
-    async fn attempt(&mut self, cmd: &Command, budget: Duration) -> Attempt {
-        let deadline = tokio::time::Instant::now() + budget;
-        let conn = match self.connection(deadline).await {
-            Ok(c) => c,
-            Err(e) => return Attempt::Next(e),
-        };
-        let exchange = async {
-            conn.send(&ClientMsg::Request { cmd: cmd.clone(), meta: Default::default() }).await?;
-            loop {
-                match conn.recv().await? {
-                    // A late reply to an earlier request of this session: not ours.
-                    ServerMsg::Reply(r) if r.client == cmd.client && r.seq == cmd.seq => return Ok::<_, ConnError>(r),
-                    ServerMsg::Refused { reason } => return Err(ConnError::Refused(reason)),
-                    _ => continue,
-                }
-            }
-        };
-        let reply = match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Attempt::Next(e.to_string()),
-            Err(_) => return Attempt::Next(format!("no reply within {budget:?}")),
-        };
-        match reply.body {
-            ReplyBody::Done(OpResult::Error(e)) => Attempt::Final(Err(ClientError::Failed(e))),
-            ReplyBody::Done(result) => Attempt::Final(Ok(result)),
-            ReplyBody::Invalid { reason } => Attempt::Final(Err(ClientError::Invalid(reason))),
-            ReplyBody::Rejected { reason } => Attempt::Again(format!("rejected: {reason}")),
-            ReplyBody::NotLeader { leader: None } => Attempt::Next("no leader known (election?)".into()),
-            ReplyBody::NotLeader { leader: Some(id) } => {
-                let here = self.current;
-                if !self.ids.contains_key(&id) {
-                    // A replica we have not identified yet (it was down when we asked).
-                    self.refresh_ids().await;
-                    // Stay put: the decision below is relative to the replica that answered.
-                    self.current = here;
-                }
-                match self.ids.get(&id) {
-                    Some(&idx) if idx != here => Attempt::Redirect(idx),
-                    Some(_) => Attempt::Next(format!("node {id} names itself as leader but refuses")),
-                    None => Attempt::Next(format!("leader is node {id}, which none of the endpoints is")),
-                }
-            }
-            ReplyBody::Speculative { .. } => Attempt::Final(Err(ClientError::Protocol(
-                "speculative replies (Nezha fast path) are not supported by this client".into(),
-            ))),
-        }
+    /// Run one event through the policy; return what it asks for.
+    fn step(&mut self, f: impl FnOnce(&mut dyn ClientPolicy, &mut ClientCtx<'_>)) -> Vec<ClientAction> {
+        let mut actions = Vec::new();
+        let home = self.home_index();
+        let mut cx = ClientCtx::new(wall_now(), &mut self.rng, &self.members, home, &mut actions);
+        f(self.policy.as_mut(), &mut cx);
+        actions
     }
 
-    /// The open connection to the current endpoint, opening it if needed.
-    async fn connection(&mut self, deadline: tokio::time::Instant) -> Result<&mut Conn, String> {
-        if !matches!(&self.conn, Some((idx, _)) if *idx == self.current) {
-            self.conn = None;
-            let endpoint = &self.endpoints[self.current];
-            let conn = tokio::time::timeout_at(deadline, Conn::open(endpoint))
+    /// The home endpoint as an index into `members`: the first known member at or after it.
+    fn home_index(&self) -> usize {
+        let home = self.opts.home % self.endpoints.len();
+        let ep = |m: &NodeId| self.ids.get(m).copied().unwrap_or(usize::MAX);
+        self.members.iter().position(|m| ep(m) >= home).unwrap_or(0)
+    }
+
+    /// Send the request to node `to`, connecting first if needed (within the attempt and
+    /// overall budgets).
+    async fn send_to(
+        &mut self,
+        to: NodeId,
+        cmd: &Command,
+        meta: RequestMeta,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), String> {
+        let Some(&ep) = self.ids.get(&to) else {
+            return Err("not one of the endpoints".into());
+        };
+        self.current = ep;
+        let limit = (tokio::time::Instant::now() + self.opts.request_timeout).min(deadline);
+        if !self.links.contains_key(&to) {
+            let stream = tokio::time::timeout_at(limit, connect(&self.endpoints[ep]))
                 .await
                 .map_err(|_| "connect timed out".to_string())?
                 .map_err(|e| format!("connect failed: {e}"))?;
-            self.conn = Some((self.current, conn));
+            let (rd, writer) = stream.into_split();
+            self.next_link += 1;
+            let id = self.next_link;
+            let reader = tokio::spawn(read_loop(rd, to, id, self.events_tx.clone()));
+            self.links.insert(to, Link { id, writer, reader });
         }
-        Ok(&mut self.conn.as_mut().expect("connection just opened").1)
+        let frame = wire::frame(&ClientMsg::Request { cmd: cmd.clone(), meta });
+        let link = self.links.get_mut(&to).expect("link just ensured");
+        let written = match tokio::time::timeout_at(limit, link.writer.write_all(&frame)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("send failed: {e}")),
+            Err(_) => Err("send timed out".to_string()),
+        };
+        if written.is_err() {
+            self.links.remove(&to);
+        }
+        written
     }
 
-    /// Ask every endpoint for its status and remember which node id each one is. Moves
-    /// `current` to the leader if a replica names one. Returns whether any endpoint answered,
-    /// and the errors of those that did not.
+    /// Forget the connection to `node` if it is still `link`; whether it was.
+    fn drop_link(&mut self, node: NodeId, link: u64) -> bool {
+        if self.links.get(&node).is_some_and(|l| l.id == link) {
+            self.links.remove(&node);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Ask every endpoint for its status and remember which node id each one is. Returns
+    /// whether any endpoint answered, and the errors of those that did not.
     async fn refresh_ids(&mut self) -> (bool, Vec<String>) {
         let mut any = false;
         let mut errors = Vec::new();
-        let mut leader = None;
-        for (idx, (_endpoint, res)) in self.status_all().await.into_iter().enumerate() {
+        // Not `self.status_all()`: the future must not hold `&self` (the policy is not `Sync`).
+        let endpoints = self.endpoints.clone();
+        for (idx, (_endpoint, res)) in status_all(&endpoints, self.opts.request_timeout).await.into_iter().enumerate() {
             match res {
                 Ok(s) => {
                     any = true;
+                    self.ids.retain(|_, &mut i| i != idx);
+                    self.protocol = Some(s.protocol.clone());
                     self.ids.insert(s.id, idx);
-                    if s.role == synod_core::Role::Leader {
-                        leader = Some(s.id);
-                    }
-                    leader = leader.or(s.leader);
                 }
                 // The error names the endpoint already.
                 Err(e) => errors.push(e.to_string()),
             }
         }
-        if let Some(&idx) = leader.and_then(|l| self.ids.get(&l)) {
-            self.current = idx;
-        }
+        let mut members: Vec<(usize, NodeId)> = self.ids.iter().map(|(&id, &ep)| (ep, id)).collect();
+        members.sort();
+        self.members = members.into_iter().map(|(_, id)| id).collect();
+        self.last_refresh = Instant::now();
         (any, errors)
     }
 
@@ -420,6 +591,50 @@ pub async fn status_all(
     out
 }
 
+/// A short description of a non-final reply, for `ClientError::Timeout`'s last error.
+fn describe(body: &ReplyBody) -> String {
+    match body {
+        ReplyBody::Done(_) => "done".into(),
+        ReplyBody::NotLeader { leader: Some(l) } => format!("not the leader (node {l} is)"),
+        ReplyBody::NotLeader { leader: None } => "no leader known (election?)".into(),
+        ReplyBody::Rejected { reason } => format!("rejected: {reason}"),
+        ReplyBody::Speculative { view, .. } => format!("speculative reply (view {view})"),
+        ReplyBody::Invalid { reason } => format!("invalid: {reason}"),
+    }
+}
+
+/// Open a client-protocol connection: connect, then the magic.
+async fn connect(endpoint: &str) -> std::io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(endpoint).await?;
+    stream.set_nodelay(true)?;
+    stream.write_all(CLIENT_MAGIC).await?;
+    Ok(stream)
+}
+
+/// Read frames from one connection and hand them to the client until it breaks.
+async fn read_loop(mut rd: OwnedReadHalf, node: NodeId, link: u64, tx: mpsc::UnboundedSender<LinkEvent>) {
+    let mut buf = BytesMut::with_capacity(4096);
+    let why = loop {
+        match wire::take_frame(&mut buf, MAX_REPLY_FRAME) {
+            Ok(Some(payload)) => match wire::decode_payload::<ServerMsg>(&payload) {
+                Ok(msg) => {
+                    if tx.send(LinkEvent::Msg { node, link, msg }).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => break e.to_string(),
+            },
+            Ok(None) => match rd.read_buf(&mut buf).await {
+                Ok(0) => break "connection closed by the replica".to_string(),
+                Ok(_) => {}
+                Err(e) => break e.to_string(),
+            },
+            Err(e) => break e.to_string(),
+        }
+    };
+    let _ = tx.send(LinkEvent::Closed { node, link, why });
+}
+
 /// Sleep `current` plus up to 50% jitter; return the next (doubled, capped) backoff.
 async fn sleep_backoff(current: Duration) -> Duration {
     let jitter = rand::thread_rng().gen_range(0..=current.as_micros() as u64 / 2);
@@ -434,8 +649,6 @@ enum ConnError {
     Io(#[from] std::io::Error),
     #[error("connection closed by the replica")]
     Closed,
-    #[error("the replica refused the connection: {0}")]
-    Refused(String),
     #[error("{0}")]
     Frame(#[from] FrameError),
 }
@@ -448,10 +661,7 @@ struct Conn {
 
 impl Conn {
     async fn open(endpoint: &str) -> std::io::Result<Conn> {
-        let mut stream = TcpStream::connect(endpoint).await?;
-        stream.set_nodelay(true)?;
-        stream.write_all(CLIENT_MAGIC).await?;
-        Ok(Conn { stream, buf: BytesMut::with_capacity(4096) })
+        Ok(Conn { stream: connect(endpoint).await?, buf: BytesMut::with_capacity(4096) })
     }
 
     async fn send(&mut self, msg: &ClientMsg) -> Result<(), ConnError> {

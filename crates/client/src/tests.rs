@@ -2,6 +2,7 @@
 
 use super::*;
 use std::sync::{Arc, Mutex};
+use synod_core::client_policy::{ClientConfig, ClientCtx, ClientPolicy, Outcome, RequestMeta};
 use synod_core::{Reply, Role};
 use tokio::net::TcpListener;
 
@@ -20,6 +21,7 @@ enum React {
 struct Fake {
     addr: String,
     seen: Arc<Mutex<Vec<Command>>>,
+    metas: Arc<Mutex<Vec<RequestMeta>>>,
 }
 
 impl Fake {
@@ -31,16 +33,17 @@ impl Fake {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let metas = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(script);
-        let seen2 = seen.clone();
+        let (seen2, metas2) = (seen.clone(), metas.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
-                let (seen, script) = (seen2.clone(), script.clone());
-                tokio::spawn(async move { serve(stream, id, leader, seen, script).await });
+                let (seen, metas, script) = (seen2.clone(), metas2.clone(), script.clone());
+                tokio::spawn(async move { serve(stream, id, leader, seen, metas, script).await });
             }
         });
-        Fake { addr, seen }
+        Fake { addr, seen, metas }
     }
 
     fn seen(&self) -> Vec<Command> {
@@ -53,6 +56,7 @@ async fn serve(
     id: NodeId,
     leader: Option<NodeId>,
     seen: Arc<Mutex<Vec<Command>>>,
+    metas: Arc<Mutex<Vec<RequestMeta>>>,
     script: Arc<impl Fn(usize) -> React>,
 ) {
     let mut magic = [0u8; 8];
@@ -80,7 +84,8 @@ async fn serve(
                 execute_index: 0,
                 extra: Default::default(),
             }),
-            ClientMsg::Request { cmd, .. } => {
+            ClientMsg::Request { cmd, meta } => {
+                metas.lock().unwrap().push(meta);
                 let n = {
                     let mut s = seen.lock().unwrap();
                     s.push(cmd.clone());
@@ -246,4 +251,115 @@ async fn status_all_reports_down_endpoints() {
     let all = status_all(&[&node.addr, &dead], Duration::from_millis(500)).await;
     assert_eq!(all[0].1.as_ref().unwrap().id, 7);
     assert!(matches!(&all[1].1, Err(ClientError::Unreachable { endpoint, .. }) if *endpoint == dead));
+}
+
+/// A multicast policy in the style of IDEM's clients (§5.3): send to every replica; the first
+/// `Done` wins; a reject or an unreachable replica counts against the request; when all `n`
+/// replicas count against it, it is rejected for good; when the attempt timer fires with
+/// fewer, it is rejected ambivalently (it may still execute). Stamps `sent_at` and an
+/// extension on every send.
+struct Multicast {
+    against: std::collections::BTreeSet<NodeId>,
+}
+
+impl ClientPolicy for Multicast {
+    fn begin(&mut self, cx: &mut ClientCtx<'_>, _cmd: &Command) {
+        self.against.clear();
+        cx.send_all(RequestMeta { sent_at: cx.now, ext: Bytes::from_static(b"attempt-1") });
+        cx.set_timer(1, Duration::from_millis(300));
+    }
+    fn on_reply(&mut self, cx: &mut ClientCtx<'_>, reply: Reply) {
+        match reply.body {
+            ReplyBody::Done(r) => cx.finish(Outcome::Done(r)),
+            ReplyBody::Rejected { .. } => self.count(cx, reply.from),
+            _ => {}
+        }
+    }
+    fn on_timer(&mut self, cx: &mut ClientCtx<'_>, _id: u64) {
+        let reason = format!("{} of {} replicas refused", self.against.len(), cx.members.len());
+        cx.finish(Outcome::Rejected { definitive: false, reason });
+    }
+    fn on_unreachable(&mut self, cx: &mut ClientCtx<'_>, node: NodeId) {
+        self.count(cx, node);
+    }
+}
+
+impl Multicast {
+    fn count(&mut self, cx: &mut ClientCtx<'_>, node: NodeId) {
+        self.against.insert(node);
+        if self.against.len() == cx.members.len() {
+            cx.cancel_timer(1);
+            cx.finish(Outcome::Rejected { definitive: true, reason: "every replica refused".into() });
+        }
+    }
+}
+
+fn multicast(_: &ClientConfig) -> Box<dyn ClientPolicy> {
+    Box::new(Multicast { against: Default::default() })
+}
+
+fn multicast_opts() -> ClientOptions {
+    ClientOptions { policy: multicast, ..fast() }
+}
+
+fn reject() -> React {
+    React::Answer(ReplyBody::Rejected { reason: "overloaded".into() })
+}
+
+#[tokio::test]
+async fn a_multicast_policy_reaches_every_replica_once_with_its_metadata() {
+    let a = Fake::start(1, None, |_| reject()).await;
+    let b = Fake::start(2, None, |_| React::Answer(ReplyBody::Done(OpResult::Done))).await;
+    let c3 = Fake::start(3, None, |_| reject()).await;
+    let mut c = Client::with_options(&[&a.addr, &b.addr, &c3.addr], multicast_opts()).await.unwrap();
+    c.put("k", "v").await.unwrap();
+    for f in [&a, &b, &c3] {
+        let seen = f.seen();
+        assert_eq!(seen.len(), 1, "one copy per replica");
+        assert_eq!((seen[0].client, seen[0].seq), (c.client_id(), 1));
+        let meta = f.metas.lock().unwrap()[0].clone();
+        assert_eq!(meta.ext, Bytes::from_static(b"attempt-1"));
+        assert!(meta.sent_at > Time::ZERO, "the policy stamped its clock");
+    }
+    // The connections stay open and are reused: the next request reaches all three again.
+    c.put("k", "w").await.unwrap();
+    assert!([&a, &b, &c3].iter().all(|f| f.seen().len() == 2));
+}
+
+#[tokio::test]
+async fn all_replicas_rejecting_is_a_definitive_reject() {
+    let a = Fake::start(1, None, |_| reject()).await;
+    let b = Fake::start(2, None, |_| reject()).await;
+    // The third one drops the connection: unreachable counts against the request too.
+    let c3 = Fake::start(3, None, |_| React::Drop).await;
+    let mut c = Client::with_options(&[&a.addr, &b.addr, &c3.addr], multicast_opts()).await.unwrap();
+    let err = c.put("k", "v").await.unwrap_err();
+    assert!(matches!(&err, ClientError::Rejected { definitive: true, .. }), "{err}");
+    assert!(err.never_applied());
+    assert!(err.to_string().contains("never applied"), "{err}");
+}
+
+#[tokio::test]
+async fn a_silent_replica_leaves_the_reject_ambivalent() {
+    let a = Fake::start(1, None, |_| reject()).await;
+    let b = Fake::start(2, None, |_| reject()).await;
+    let c3 = Fake::start(3, None, |_| React::Silent).await;
+    let mut c = Client::with_options(&[&a.addr, &b.addr, &c3.addr], multicast_opts()).await.unwrap();
+    let err = c.put("k", "v").await.unwrap_err();
+    assert!(matches!(&err, ClientError::Rejected { definitive: false, reason } if reason.contains("2 of 3")), "{err}");
+    assert!(!err.never_applied());
+    assert!(err.to_string().contains("may or may not"), "{err}");
+}
+
+#[tokio::test]
+async fn the_home_policy_stays_home_and_fails_over() {
+    let a = Fake::start(1, None, |_| React::Answer(ReplyBody::Done(OpResult::Done))).await;
+    let b = Fake::start(2, None, |_| React::Drop).await;
+    let opts = ClientOptions { home: 1, policy: synod_core::client_policy::home_policy, ..fast() };
+    let mut c = Client::with_options(&[&a.addr, &b.addr], opts).await.unwrap();
+    c.put("k", "v").await.unwrap();
+    assert_eq!(b.seen().len(), 1, "home first");
+    assert_eq!(a.seen().len(), 1, "then the next replica");
+    c.put("k", "w").await.unwrap();
+    assert_eq!((a.seen().len(), b.seen().len()), (2, 1), "and it stays there");
 }

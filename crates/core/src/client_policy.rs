@@ -186,6 +186,9 @@ impl ClientConfig {
     }
 }
 
+/// A client-policy constructor: what a registry entry's `client` is.
+pub type PolicyFactory = fn(&ClientConfig) -> Box<dyn ClientPolicy>;
+
 /// The registry's constructor for leader-based protocols.
 pub fn leader_policy(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
     Box::new(LeaderPolicy::new(cfg.retry.clone()))

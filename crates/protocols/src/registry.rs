@@ -1,8 +1,8 @@
 //! The protocol registry: name → constructor. Adding a protocol means adding one entry here.
 
-use synod_core::client_policy::{home_policy, leader_policy};
+use synod_core::client_policy::{home_policy, leader_policy, PolicyFactory};
 use synod_core::session::Order;
-use synod_core::{ClientConfig, ClientPolicy, NodeId, Protocol, ProtocolParams};
+use synod_core::{NodeId, Protocol, ProtocolParams};
 
 /// What a protocol needs to know to construct a replica.
 #[derive(Clone, Debug)]
@@ -23,7 +23,7 @@ pub struct ProtocolInfo {
     /// clients, the Redis front end, `synod bench` — runs it. Leader-based protocols use
     /// [`leader_policy`], protocols where any replica serves a client [`home_policy`]; a
     /// protocol with its own client logic supplies a constructor from its folder.
-    pub client: fn(&ClientConfig) -> Box<dyn ClientPolicy>,
+    pub client: PolicyFactory,
     /// Whether every replica applies commands in one sequence (the state machine and the
     /// simulator's convergence check rely on it) or only interfering ones in the same order.
     pub order: Order,
@@ -90,6 +90,12 @@ pub fn all() -> &'static [ProtocolInfo] {
 /// Names of the registered protocols.
 pub fn names() -> Vec<&'static str> {
     REGISTRY.iter().map(|p| p.name).collect()
+}
+
+/// The client-policy constructor of the protocol named `name` (for hosts that learn the
+/// protocol from a replica's `Status.protocol`, e.g. `synod_client::ClientOptions::resolve_policy`).
+pub fn client_for(name: &str) -> Option<PolicyFactory> {
+    find(name).ok().map(|p| p.client)
 }
 
 /// Look a protocol up by name; the error lists the known ones.

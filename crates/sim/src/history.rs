@@ -49,6 +49,10 @@ pub enum KvOutput {
     Deleted(bool),
     /// Cas: whether the swap happened, and the value found.
     Cas { ok: bool, current: Option<String> },
+    /// Refused for good (a definitive reject, e.g. IDEM when every replica refused): the
+    /// operation must never take effect, so the rest of the history must be linearizable
+    /// without it.
+    Rejected,
 }
 
 /// One operation of a history. `ret == None` means indeterminate: the client never got an
@@ -69,6 +73,11 @@ pub struct Operation {
 impl Operation {
     pub fn is_indeterminate(&self) -> bool {
         self.ret.is_none()
+    }
+
+    /// Whether the operation was rejected for good (see [`KvOutput::Rejected`]).
+    pub fn is_rejected(&self) -> bool {
+        self.output == Some(KvOutput::Rejected)
     }
 }
 
@@ -93,6 +102,7 @@ impl fmt::Display for Operation {
             Some(KvOutput::Done) => "ok".to_string(),
             Some(KvOutput::Deleted(b)) => format!("existed={b}"),
             Some(KvOutput::Cas { ok, current }) => format!("ok={ok} current={}", show(current)),
+            Some(KvOutput::Rejected) => "rejected (never takes effect)".to_string(),
         };
         let ret = match self.ret {
             Some(r) => format!("{:.6}s", r as f64 / 1e9),
@@ -153,6 +163,9 @@ struct JsonOutput {
     ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     current: Option<String>,
+    /// Rejected for good: the operation must never take effect (any kind).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    rejected: bool,
 }
 
 impl History {
@@ -205,6 +218,7 @@ fn to_json_op(op: &Operation) -> JsonOp {
         KvOutput::Done => JsonOutput::default(),
         KvOutput::Deleted(existed) => JsonOutput { existed: *existed, ..Default::default() },
         KvOutput::Cas { ok, current } => JsonOutput { ok: *ok, current: current.clone(), ..Default::default() },
+        KvOutput::Rejected => JsonOutput { rejected: true, ..Default::default() },
     });
     JsonOp { client: op.client, kind: kind.into(), key: key.clone(), value, expect, call: op.call, ret: op.ret, output }
 }
@@ -225,6 +239,7 @@ fn from_json_op(o: JsonOp) -> Result<Operation, String> {
                 return Err(format!("returns at {r} before its call at {}", o.call));
             }
             Some(match &op {
+                _ if out.rejected => KvOutput::Rejected,
                 KvOp::Get { .. } => KvOutput::Value(out.value),
                 KvOp::Put { .. } => KvOutput::Done,
                 KvOp::Delete { .. } => KvOutput::Deleted(out.existed),
@@ -267,6 +282,13 @@ mod tests {
                     output: Some(KvOutput::Value(None)),
                 },
                 Operation { client: 3, op: KvOp::Delete { key: "k".into() }, call: 5, ret: None, output: None },
+                Operation {
+                    client: 4,
+                    op: KvOp::Put { key: "k".into(), value: "x".into() },
+                    call: 6,
+                    ret: Some(9),
+                    output: Some(KvOutput::Rejected),
+                },
             ],
         };
         assert_eq!(History::from_json(&h.to_json()).unwrap(), h);

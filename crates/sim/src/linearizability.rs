@@ -12,6 +12,10 @@
 //! output for it, so it may take effect anywhere after its call — including "after
 //! everything", which is the same as not at all.
 //!
+//! An operation rejected for good ([`KvOutput::Rejected`], e.g. IDEM when every replica
+//! refused it) must never take effect: it is left out, so the rest of the history has to be
+//! linearizable without it (a read of a value only it wrote is a violation).
+//!
 //! Interval semantics match Porcupine: `[call, return]` is closed, so operations whose
 //! intervals touch are concurrent.
 
@@ -64,7 +68,7 @@ pub fn check(history: &History) -> Result<(), LinViolation> {
 /// Whether operations on one key are linearizable.
 pub fn check_ops(ops: &[&Operation]) -> bool {
     let mut interner = Interner::default();
-    let compiled: Vec<Compiled> = ops.iter().map(|o| interner.compile(o)).collect();
+    let compiled: Vec<Compiled> = ops.iter().filter(|o| !o.is_rejected()).map(|o| interner.compile(o)).collect();
     search(&compiled)
 }
 
@@ -98,6 +102,8 @@ impl Interner {
             Some(KvOutput::Done) => Out::Done,
             Some(KvOutput::Deleted(b)) => Out::Deleted(*b),
             Some(KvOutput::Cas { ok, current }) => Out::Cas { ok: *ok, current: self.id(current) },
+            // Left out by `check_ops`; as a fallback it may take effect or not.
+            Some(KvOutput::Rejected) => Out::Unknown,
         };
         let (ret, out) = match o.ret {
             Some(r) => (r, out),
@@ -317,6 +323,28 @@ mod tests {
         assert!(check(&hist(vec![lost.clone(), get(2, None, 50, 60)])).is_ok());
         // But not un-apply once seen.
         assert!(check(&hist(vec![lost, get(2, Some("x"), 50, 60), get(2, None, 70, 80)])).is_err());
+    }
+
+    #[test]
+    fn rejected_operations_must_never_take_effect() {
+        let rejected = |v: &str, call, ret| {
+            op(9, KvOp::Put { key: "k".into(), value: v.into() }, call, Some(ret), Some(KvOutput::Rejected))
+        };
+        // Holds: nobody observes the rejected put's value.
+        let h = hist(vec![put(1, "a", 0, 10), rejected("x", 5, 20), get(2, Some("a"), 30, 40)]);
+        assert!(check(&h).is_ok());
+        // Violated: the rejected put's unique value is read, before or after the reject.
+        let h = hist(vec![put(1, "a", 0, 10), rejected("x", 5, 20), get(2, Some("x"), 30, 40)]);
+        let v = check(&h).unwrap_err();
+        assert_eq!(v.key, "k");
+        assert!(check(&hist(vec![rejected("x", 0, 100), get(2, Some("x"), 10, 20)])).is_err());
+        // The same put left indeterminate may have taken effect.
+        let lost = op(9, KvOp::Put { key: "k".into(), value: "x".into() }, 5, None, None);
+        assert!(check(&hist(vec![put(1, "a", 0, 10), lost, get(2, Some("x"), 30, 40)])).is_ok());
+        // A rejected delete: the value it would have removed must still be there.
+        let del = op(9, KvOp::Delete { key: "k".into() }, 15, Some(20), Some(KvOutput::Rejected));
+        assert!(check(&hist(vec![put(1, "a", 0, 10), del.clone(), get(2, Some("a"), 30, 40)])).is_ok());
+        assert!(check(&hist(vec![put(1, "a", 0, 10), del, get(2, None, 30, 40)])).is_err());
     }
 
     #[test]

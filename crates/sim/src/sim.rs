@@ -25,6 +25,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 use std::time::Duration;
+use synod_core::client_policy::{ClientAction, ClientConfig, ClientCtx, ClientPolicy, Outcome, RetryTimes};
 use synod_core::session::StateMachine;
 use synod_core::RequestMeta;
 use synod_core::{
@@ -243,6 +244,9 @@ pub struct RunStats {
     pub messages_dropped: u64,
     pub ops_completed: u64,
     pub ops_indeterminate: u64,
+    /// Operations the client policy reported rejected for good (IDEM: every replica refused
+    /// them); they are in `ops_completed` and checked never to take effect.
+    pub ops_rejected: u64,
     pub crashes: u64,
     /// Times every replica crashed at once (fault `crash-all`).
     pub cluster_crashes: u64,
@@ -376,17 +380,23 @@ enum Ev {
     ClientIssue {
         client: usize,
     },
-    /// Resend the pending request; stale unless `attempt` is still the latest (a
-    /// duplicated reply must not fork a second retry chain).
-    ClientResend {
+    /// One of the client policy's timers; stale unless `generation` is still the armed one.
+    ClientTimer {
         client: usize,
-        seq: u64,
-        attempt: u32,
+        id: u64,
+        generation: u64,
     },
-    ClientTimeout {
+    /// The client could not reach replica `node` (its link is cut or the replica is down:
+    /// a refused connection) for request `seq`.
+    ClientUnreachable {
         client: usize,
         seq: u64,
-        attempt: u32,
+        node: NodeId,
+    },
+    /// The fault-phase retry budget of request `seq` is spent.
+    ClientGiveUp {
+        client: usize,
+        seq: u64,
     },
     FaultTick,
     Restart {
@@ -507,8 +517,7 @@ struct Replica {
     /// Bumped at every crash and restart; events of an older incarnation are dropped.
     incarnation: u64,
     rng: Rng,
-    skew_ns: i64,
-    drift_ppm: i64,
+    clock: Clock,
     /// Positions applied to `sm` since it was last reset.
     applied: BTreeSet<Pos>,
     /// The configuration the replica last reported (`Action::MembershipChanged`): its
@@ -516,16 +525,39 @@ struct Replica {
     view: Option<Vec<NodeId>>,
 }
 
-impl Replica {
+/// A replica's or a client's clock: an offset and a drift against virtual time (both zero
+/// unless the skew fault is on).
+#[derive(Clone, Copy, Debug, Default)]
+struct Clock {
+    skew_ns: i64,
+    drift_ppm: i64,
+}
+
+impl Clock {
+    /// A random clock within the skew fault's bounds (±300 ms, ±500 ppm).
+    fn skewed(rng: &mut Rng) -> Clock {
+        Clock { skew_ns: rng.gen_range(-300 * MS as i64..=300 * MS as i64), drift_ppm: rng.gen_range(-500..=500) }
+    }
+
     fn local_time(&self, now: u64) -> Time {
         let drift = (now as i128 * self.drift_ppm as i128 / 1_000_000) as i64;
         Time((CLOCK_BASE + self.skew_ns + now as i64 + drift) as u64)
     }
 
-    /// A duration on this replica's (drifting) clock, in virtual nanoseconds.
+    /// A duration on this (drifting) clock, in virtual nanoseconds.
     fn virtual_duration(&self, d: Duration) -> u64 {
         let ns = d.as_nanos().min(u64::MAX as u128 / 4) as i128;
         (ns * 1_000_000 / (1_000_000 + self.drift_ppm as i128)) as u64
+    }
+}
+
+impl Replica {
+    fn local_time(&self, now: u64) -> Time {
+        self.clock.local_time(now)
+    }
+
+    fn virtual_duration(&self, d: Duration) -> u64 {
+        self.clock.virtual_duration(d)
     }
 }
 
@@ -537,24 +569,32 @@ struct Pending {
     cmd: Command,
     /// Index in the history.
     hist: usize,
-    attempt: u32,
-    timeouts: u32,
-    target: usize,
 }
 
+/// A simulated client session. Where its requests go and how replies count is the
+/// protocol's client policy (the registry's `client`), the same code the client library,
+/// the Redis front end and the bench run; this host delivers its sends, runs its timers on
+/// the client's own (possibly skewed) clock and maps its outcomes into the history.
 struct Client {
     session: u64,
     rng: Rng,
     seq: u64,
     remaining: usize,
     pending: Option<Pending>,
-    leader_guess: usize,
+    policy: Box<dyn ClientPolicy>,
+    /// The client's home replica (index into the members), drawn at random.
+    home: usize,
+    clock: Clock,
+    /// The policy's armed timers: id → generation.
+    timers: BTreeMap<u64, u64>,
+    next_generation: u64,
     /// The last value this client saw per key (CAS expectations come from it).
     seen: BTreeMap<String, Option<String>>,
 }
 
-/// Attempts that time out before a client gives up on an operation during the fault phase.
-const GIVE_UP_AFTER_TIMEOUTS: u32 = 6;
+/// During the fault phase a client abandons an operation (indeterminate) after this many
+/// attempt timeouts' worth of virtual time.
+const GIVE_UP_AFTER_TIMEOUTS: u64 = 6;
 
 // ---------------------------------------------------------------------------------------
 // The simulation
@@ -619,6 +659,7 @@ pub fn run(cfg: &SimConfig) -> RunReport {
     sim.stats.virtual_end = sim.now;
     sim.stats.ops_completed = history.ops.iter().filter(|o| o.ret.is_some()).count() as u64;
     sim.stats.ops_indeterminate = history.ops.len() as u64 - sim.stats.ops_completed;
+    sim.stats.ops_rejected = history.ops.iter().filter(|o| o.is_rejected()).count() as u64;
     let trace = sim.trace.take().unwrap_or_default();
     let end = Duration::from_nanos(sim.now);
     sim.probe(end);
@@ -648,11 +689,7 @@ impl<'a> Sim<'a> {
             .iter()
             .enumerate()
             .map(|(i, &id)| {
-                let (skew_ns, drift_ppm) = if f.skew {
-                    (setup_rng.gen_range(-300 * MS as i64..=300 * MS as i64), setup_rng.gen_range(-500..=500))
-                } else {
-                    (0, 0)
-                };
+                let clock = if f.skew { Clock::skewed(&mut setup_rng) } else { Clock::default() };
                 Replica {
                     id,
                     proto: None,
@@ -664,26 +701,31 @@ impl<'a> Sim<'a> {
                     next_generation: 0,
                     incarnation: 0,
                     rng: derive_rng(cfg.seed, STREAM_REPLICA, (i as u64) << 32),
-                    skew_ns,
-                    drift_ppm,
+                    clock,
                     applied: BTreeSet::new(),
                     view: None,
                 }
             })
             .collect();
         let nclients = cfg.clients.unwrap_or_else(|| uniform(&mut setup_rng, 3, 5) as usize).max(1);
-        let clients = (0..nclients)
+        let mut clients: Vec<Client> = (0..nclients)
             .map(|i| {
                 let mut rng = derive_rng(cfg.seed, STREAM_CLIENT, i as u64);
                 let session = rng.gen_range(1..u64::MAX);
-                let leader_guess = rng.gen_range(0..n);
+                let home = rng.gen_range(0..n);
+                let clock = if f.skew { Clock::skewed(&mut rng) } else { Clock::default() };
                 Client {
                     session,
                     rng,
                     seq: 0,
                     remaining: cfg.ops_per_client,
                     pending: None,
-                    leader_guess,
+                    // Replaced below, once the (possibly fuzzed) timings are known.
+                    policy: Box::new(synod_core::client_policy::HomePolicy::new(RetryTimes::default())),
+                    home,
+                    clock,
+                    timers: BTreeMap::new(),
+                    next_generation: 0,
                     seen: BTreeMap::new(),
                 }
             })
@@ -691,6 +733,17 @@ impl<'a> Sim<'a> {
         let fault_intensity = if setup_rng.gen_bool(1.0 / 3.0) { 5 } else { 1 };
         let params = if cfg.fuzz_params { fuzz(&cfg.params, &mut setup_rng) } else { cfg.params.clone() };
         let client_timeout = params.election_timeout_max_ms.max(100) * MS;
+        let client_cfg = ClientConfig {
+            retry: RetryTimes {
+                attempt_timeout: Duration::from_nanos(client_timeout),
+                backoff_min: Duration::from_millis(5),
+                backoff_max: Duration::from_millis(30),
+            },
+            options: params.options.clone(),
+        };
+        for c in &mut clients {
+            c.policy = (cfg.protocol.client)(&client_cfg);
+        }
         Sim {
             cfg,
             params,
@@ -898,12 +951,22 @@ impl<'a> Sim<'a> {
             }
             Ev::Response { client, reply } => self.client_response(client, reply),
             Ev::ClientIssue { client } => self.client_issue(client),
-            Ev::ClientResend { client, seq, attempt } => {
-                if self.clients[client].pending.as_ref().is_some_and(|p| p.seq == seq && p.attempt == attempt) {
-                    self.client_send(client);
+            Ev::ClientTimer { client, id, generation } => {
+                let c = &mut self.clients[client];
+                if c.pending.is_none() || c.timers.get(&id) != Some(&generation) {
+                    return;
+                }
+                c.timers.remove(&id);
+                self.log(&format!("c{client}"), || format!("timer {id}"));
+                self.client_step(client, |p, cx| p.on_timer(cx, id));
+            }
+            Ev::ClientUnreachable { client, seq, node } => {
+                if self.clients[client].pending.as_ref().is_some_and(|p| p.seq == seq) {
+                    self.log(&format!("c{client}"), || format!("n{node} unreachable"));
+                    self.client_step(client, |p, cx| p.on_unreachable(cx, node));
                 }
             }
-            Ev::ClientTimeout { client, seq, attempt } => self.client_timeout(client, seq, attempt),
+            Ev::ClientGiveUp { client, seq } => self.client_give_up(client, seq),
             Ev::FaultTick => self.fault_tick(),
             Ev::Restart { node, incarnation, wipe } => {
                 if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_none() {
@@ -1452,58 +1515,100 @@ impl<'a> Sim<'a> {
         // One operation outstanding per session: every earlier request has its answer (or
         // was abandoned), so the state machine may forget all results below `seq`.
         let cmd = Command { client: c.session, seq, acked_below: seq, now_ms: 0, op };
-        let target = c.leader_guess;
         let hist = self.history.len();
         self.history.push(Operation { client: c.session, op: kv, call: self.now, ret: None, output: None });
-        c.pending = Some(Pending { seq, cmd, hist, attempt: 0, timeouts: 0, target });
+        c.pending = Some(Pending { seq, cmd: cmd.clone(), hist });
         let text = self.history[hist].op_text();
         self.log(&format!("c{ci}"), || format!("invoke seq={seq} {text}"));
-        self.client_send(ci);
+        self.schedule(self.now + GIVE_UP_AFTER_TIMEOUTS * self.client_timeout, Ev::ClientGiveUp { client: ci, seq });
+        self.client_step(ci, |p, cx| p.begin(cx, &cmd));
     }
 
-    fn client_send(&mut self, ci: usize) {
-        let n = self.replicas.len();
-        let Some(p) = self.clients[ci].pending.as_mut() else { return };
-        p.attempt += 1;
-        let (seq, attempt, target, cmd) = (p.seq, p.attempt, p.target, p.cmd.clone());
-        if !self.net.client_cut.contains(&target) {
-            for at in self.net.transmit(n + ci, target, self.now) {
-                self.schedule(
-                    at,
-                    Ev::Request { node: target, client: ci, cmd: cmd.clone(), meta: RequestMeta::default() },
-                );
+    /// Run one event through client `ci`'s policy and carry out what it asks for.
+    fn client_step(&mut self, ci: usize, f: impl FnOnce(&mut dyn ClientPolicy, &mut ClientCtx<'_>)) {
+        let mut actions = Vec::new();
+        let c = &mut self.clients[ci];
+        let now = c.clock.local_time(self.now);
+        let mut cx = ClientCtx::new(now, &mut c.rng, &self.members, c.home, &mut actions);
+        f(c.policy.as_mut(), &mut cx);
+        for action in actions {
+            let Some(p) = self.clients[ci].pending.as_ref() else { return };
+            let (seq, cmd) = (p.seq, p.cmd.clone());
+            match action {
+                ClientAction::Send { to, meta } => self.client_send(ci, seq, cmd, to, meta),
+                ClientAction::SetTimer { id, after } => {
+                    let c = &mut self.clients[ci];
+                    c.next_generation += 1;
+                    let generation = c.next_generation;
+                    c.timers.insert(id, generation);
+                    let at = self.now + c.clock.virtual_duration(after);
+                    self.schedule(at, Ev::ClientTimer { client: ci, id, generation });
+                }
+                ClientAction::CancelTimer { id } => {
+                    self.clients[ci].timers.remove(&id);
+                }
+                ClientAction::Finish(outcome) => self.client_finish(ci, outcome),
             }
         }
-        self.schedule(self.now + self.client_timeout, Ev::ClientTimeout { client: ci, seq, attempt });
     }
 
-    /// Retry the pending operation at `target` after `delay`.
-    fn client_retry(&mut self, ci: usize, target: usize, delay: u64) {
-        let Some(p) = self.clients[ci].pending.as_mut() else { return };
-        p.target = target;
-        p.attempt += 1; // invalidates the outstanding timeout and any earlier resend
-        let (seq, attempt) = (p.seq, p.attempt);
-        self.clients[ci].leader_guess = target;
-        self.schedule(self.now + delay, Ev::ClientResend { client: ci, seq, attempt });
-    }
-
-    fn client_timeout(&mut self, ci: usize, seq: u64, attempt: u32) {
+    /// Send the pending request to replica `to`. A cut client link or a crashed replica is
+    /// reported back to the policy as unreachable (a refused connection) after one network
+    /// delay.
+    fn client_send(&mut self, ci: usize, seq: u64, cmd: Command, to: NodeId, meta: RequestMeta) {
         let n = self.replicas.len();
-        let healed = self.healed;
-        let Some(p) = self.clients[ci].pending.as_mut() else { return };
-        if p.seq != seq || p.attempt != attempt {
+        let Some(node) = self.members.iter().position(|&m| m == to) else {
+            self.schedule(self.now + self.net.base, Ev::ClientUnreachable { client: ci, seq, node: to });
+            return;
+        };
+        self.log(&format!("c{ci}"), || format!("-> n{to} seq={seq}"));
+        if self.net.client_cut.contains(&node) || self.replicas[node].proto.is_none() {
+            self.schedule(self.now + self.net.base, Ev::ClientUnreachable { client: ci, seq, node: to });
             return;
         }
-        p.timeouts += 1;
-        if !healed && p.timeouts >= GIVE_UP_AFTER_TIMEOUTS {
-            let p = self.clients[ci].pending.take().expect("pending");
-            self.log(&format!("c{ci}"), || format!("give up seq={} (indeterminate)", p.seq));
-            self.next_op_later(ci);
+        for at in self.net.transmit(n + ci, node, self.now) {
+            self.schedule(at, Ev::Request { node, client: ci, cmd: cmd.clone(), meta: meta.clone() });
+        }
+    }
+
+    /// The policy finished the pending request: record its outcome in the history.
+    fn client_finish(&mut self, ci: usize, outcome: Outcome) {
+        self.clients[ci].timers.clear();
+        match outcome {
+            Outcome::Done(result) => self.client_done(ci, result),
+            Outcome::Invalid(reason) => {
+                self.fail(FailureKind::BadReply, format!("c{ci}: valid request refused as invalid: {reason}"));
+            }
+            Outcome::Rejected { definitive: true, reason } => {
+                // Refused for good: the operation must never take effect. The history
+                // records it so the linearizability checker verifies exactly that.
+                let p = self.clients[ci].pending.take().expect("pending");
+                self.log(&format!("c{ci}"), || format!("seq={} rejected for good: {reason}", p.seq));
+                let op = &mut self.history[p.hist];
+                op.ret = Some(self.now);
+                op.output = Some(KvOutput::Rejected);
+                self.next_op_later(ci);
+            }
+            Outcome::Rejected { definitive: false, reason } | Outcome::Unknown(reason) => {
+                // May or may not take effect: the operation stays indeterminate.
+                let p = self.clients[ci].pending.take().expect("pending");
+                self.log(&format!("c{ci}"), || format!("seq={} outcome unknown (indeterminate): {reason}", p.seq));
+                self.next_op_later(ci);
+            }
+        }
+    }
+
+    /// The fault-phase retry budget of request `seq` is spent: abandon it (indeterminate).
+    /// After the heal a request is never abandoned: it must complete.
+    fn client_give_up(&mut self, ci: usize, seq: u64) {
+        if self.healed || self.clients[ci].pending.as_ref().is_none_or(|p| p.seq != seq) {
             return;
         }
-        let next = (p.target + 1 + self.clients[ci].rng.gen_range(0..n.max(2) - 1)) % n;
-        self.log(&format!("c{ci}"), || format!("timeout seq={seq}, retry at n{}", next + 1));
-        self.client_retry(ci, next, 0);
+        let c = &mut self.clients[ci];
+        c.pending = None;
+        c.timers.clear();
+        self.log(&format!("c{ci}"), || format!("give up seq={seq} (indeterminate)"));
+        self.next_op_later(ci);
     }
 
     /// Schedule the client's next operation. Think times are bursty: half are short (the
@@ -1517,40 +1622,13 @@ impl<'a> Sim<'a> {
     }
 
     fn client_response(&mut self, ci: usize, reply: Reply) {
-        let n = self.replicas.len();
         let c = &self.clients[ci];
         let Some(p) = c.pending.as_ref() else { return };
         if reply.client != c.session || reply.seq != p.seq {
             return;
         }
-        let p_target = p.target;
         self.log(&format!("c{ci}"), || format!("<- n{} seq={} {:?}", reply.from, reply.seq, reply.body));
-        let from_idx = self.members.iter().position(|&m| m == reply.from);
-        match reply.body {
-            ReplyBody::Done(result) => self.client_done(ci, result),
-            ReplyBody::NotLeader { leader } => {
-                let hint = leader.and_then(|l| self.members.iter().position(|&m| m == l));
-                let (target, delay) = match hint {
-                    Some(t) if Some(t) != from_idx => (t, uniform(&mut self.clients[ci].rng, 0, MS)),
-                    _ => {
-                        let t = (from_idx.unwrap_or(p_target) + 1) % n;
-                        (t, uniform(&mut self.clients[ci].rng, 5 * MS, 30 * MS))
-                    }
-                };
-                self.client_retry(ci, target, delay);
-            }
-            ReplyBody::Rejected { .. } => {
-                let t = (from_idx.unwrap_or(p_target) + 1) % n;
-                let delay = uniform(&mut self.clients[ci].rng, 10 * MS, 50 * MS);
-                self.client_retry(ci, t, delay);
-            }
-            // Speculative replies need a client-side quorum (Nezha); this client does not
-            // implement that yet, so it waits for a final reply.
-            ReplyBody::Speculative { .. } => {}
-            ReplyBody::Invalid { reason } => {
-                self.fail(FailureKind::BadReply, format!("c{ci}: valid request refused as invalid: {reason}"));
-            }
-        }
+        self.client_step(ci, |p, cx| p.on_reply(cx, reply));
     }
 
     fn client_done(&mut self, ci: usize, result: OpResult) {

@@ -117,7 +117,12 @@ async fn run(args: Args) -> ExitCode {
         eprintln!("error: no endpoints given (--endpoints or SYNOD_ENDPOINTS)");
         return ExitCode::from(2);
     }
-    let opts = ClientOptions { request_timeout: args.timeout, max_retry_time: args.retry_time, ..Default::default() };
+    let opts = ClientOptions {
+        request_timeout: args.timeout,
+        max_retry_time: args.retry_time,
+        resolve_policy: Some(synod_protocols::registry::client_for),
+        ..Default::default()
+    };
     if let CtlCommand::Status { output } = args.command {
         return status(&endpoints, args.timeout, output).await;
     }

@@ -231,6 +231,7 @@ mod tests {
                 class: "all".into(),
                 ok,
                 rejected: 0,
+                ambivalent: 0,
                 errors: 0,
                 throughput: ok as f64,
                 p50_ms: 1.0,

@@ -220,7 +220,7 @@ pub(super) fn write_variant(s: &Scenario, v: &Variant, dir: &Path, m: Measured) 
     let all = result.summary.all();
     let mut summary = format!(
         "{label}: {:.0} ops/s over {:.1} s, p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.1} ms; \
-         {} ok, {} rejected, {} errors{}\n",
+         {} ok, {} rejected, {} ambivalent, {} errors{}\n",
         all.throughput,
         result.elapsed.as_secs_f64(),
         all.p50_ms,
@@ -229,6 +229,7 @@ pub(super) fn write_variant(s: &Scenario, v: &Variant, dir: &Path, m: Measured) 
         all.max_ms,
         all.ok,
         all.rejected,
+        all.ambivalent,
         all.errors,
         if result.interrupted { " (interrupted)" } else { "" }
     );
