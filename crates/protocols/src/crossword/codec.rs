@@ -65,7 +65,8 @@ pub struct RsCodec {
     scheme: Scheme,
     mode: Mode,
     gap: usize,
-    /// Mutation test only: commit one acceptance early (`q + c = n`, violating C4).
+    /// Mutation test only: commit one acceptance early when `c < d` (`q + c = n`, violating
+    /// C4 while C1 still holds).
     short_quorum: bool,
     chooser: Chooser,
     rotate: usize,
@@ -133,7 +134,8 @@ impl RsCodec {
             (c, q)
         };
         *self.chosen.entry(c).or_default() += 1;
-        (c, if self.short_quorum { q - 1 } else { q })
+        // The mutant breaks C4 only (q + c = n), never C1: coded configurations only.
+        (c, if self.short_quorum && c < d { q - 1 } else { q })
     }
 
     /// The shards acceptor `pos` is assigned under `c` (data shards when `c ≥ d`).

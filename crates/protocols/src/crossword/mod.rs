@@ -74,11 +74,13 @@ pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
 pub(crate) mod mutants {
     use super::*;
 
-    /// Commits with `q − 1` acceptances (`q + c = n`, violating C4): a value committed on
-    /// servers whose shards fewer than `d` survivors hold can be lost in a failover.
+    /// One shard per acceptor committed with `n − 1` acceptances (`q + c = n`, violating C4;
+    /// C1 holds): for n = 5 that is RSPaxos's commit quorum with Crossword's majority phase
+    /// 1 — the paper's Fig. 2. After the leader fails, the majority that elects the next one
+    /// may hold fewer than `d` shards of a committed value, which is then lost.
     pub fn build_short_quorum(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
-        let (mode, gap) = parse(&setup.params)?;
-        let codec = Box::new(RsCodec::new(Scheme::Crossword, mode, gap).with_short_quorum());
+        let (_, gap) = parse(&setup.params)?;
+        let codec = Box::new(RsCodec::new(Scheme::Crossword, Mode::Fixed(1), gap).with_short_quorum());
         Ok(Box::new(MultiPaxos::with_codec(
             setup,
             Variant::default(),
