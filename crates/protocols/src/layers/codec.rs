@@ -99,8 +99,8 @@ pub trait PayloadCodec: Send {
         own.clone()
     }
 
-    /// Whether a leader whose oldest slot in flight is stuck (several election timeouts
-    /// without its quorum) runs phase 1 again, so that the slot is re-proposed under a
+    /// Whether a leader with a slot in flight that a majority accepted but that missed its
+    /// quorum for several election timeouts runs phase 1 again, so that the slot is re-proposed under a
     /// fresh ballot with a configuration the live acceptors can complete (Crossword §4.3:
     /// an instance sent with `q` above the healthy count would otherwise wait for the
     /// failed servers). Plain MultiPaxos keeps re-sending.

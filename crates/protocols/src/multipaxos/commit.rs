@@ -34,10 +34,14 @@ impl MultiPaxos {
         }
         let resend_after = self.params.heartbeat() * 2;
         let stuck_after = Duration::from_millis(self.params.election_timeout_max_ms) * 3;
-        if self.codec.reprepare_stuck() && self.in_flight.values().any(|f| ctx.now.since(f.proposed_at) >= stuck_after)
-        {
-            // The codec's configuration of a slot needs acceptors that are gone: phase 1
-            // again (we stay leader if we win), re-proposing it under a fresh ballot.
+        // A slot a majority accepted long ago that still misses its (larger) quorum: the
+        // codec's configuration needs acceptors that are gone. Phase 1 again (we stay leader
+        // if we win), re-proposing it under a fresh ballot. Not when fewer than a majority
+        // answer (a partition: a new ballot would only disrupt whoever leads the majority).
+        let stuck = |f: &InFlight| {
+            ctx.now.since(f.proposed_at) >= stuck_after && !f.acks.reached() && f.acks.count() >= self.prepare_quorum
+        };
+        if self.codec.reprepare_stuck() && self.in_flight.values().any(stuck) {
             self.phase1(ctx, true);
             return;
         }
