@@ -4,6 +4,7 @@
 //! runtime, the simulator, the CLI) never `match` on protocol names: they look a protocol up
 //! here and call its constructor.
 
+pub mod crossword;
 pub mod epaxos;
 pub mod holipaxos;
 pub mod layers;
@@ -11,6 +12,7 @@ pub mod mencius;
 pub mod multipaxos;
 pub mod raft;
 pub mod registry;
+pub mod rspaxos;
 
 #[cfg(test)]
 mod testnet;
@@ -79,6 +81,13 @@ pub mod mutants {
             client: home_policy,
             order: Order::Partial,
             build: crate::epaxos::mutants::build_small_fast_quorum,
+        },
+        ProtocolInfo {
+            name: "crossword-short-quorum",
+            description: "Crossword committing with q - 1 acceptances (q + c = n, violating C4): caught when f servers crash after a commit",
+            client: leader_policy,
+            order: Order::Total,
+            build: crate::crossword::mutants::build_short_quorum,
         },
     ];
 

@@ -80,6 +80,20 @@ static REGISTRY: &[ProtocolInfo] = &[
         order: Order::Partial,
         build: crate::epaxos::build,
     },
+    ProtocolInfo {
+        name: "crossword",
+        description: "Crossword: MultiPaxos with per-instance Reed-Solomon shards, (c, q) on q + c = n + 1 chosen by per-follower response-time models (options config=adaptive|rotate|<c>, gossip_gap), follower gossip, shard pooling on failover",
+        client: leader_policy,
+        order: Order::Total,
+        build: crate::crossword::build,
+    },
+    ProtocolInfo {
+        name: "rspaxos",
+        description: "RSPaxos: MultiPaxos with one Reed-Solomon shard per acceptor, commit quorum ceil((n+d)/2) (n=5: 4, one failure tolerated), followers fetch values from the leader",
+        client: leader_policy,
+        order: Order::Total,
+        build: crate::rspaxos::build,
+    },
 ];
 
 /// Every registered protocol.

@@ -41,6 +41,7 @@
 //!   [`describe_message`](MultiPaxosLayer::describe_message),
 //!   [`describe_value`](MultiPaxosLayer::describe_value).
 
+pub mod codec;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 

@@ -33,10 +33,11 @@ impl MultiPaxos {
             return;
         }
         let to = to.min(from.saturating_add(self.params.catchup_chunk as u64 - 1));
+        // Only executable values: a slot held in part is completed with `fill.rs`.
         let entries: Vec<(u64, Value)> = self
             .log
             .range(from, to)
-            .filter(|(_, s)| s.state != SlotState::InProgress)
+            .filter(|(_, s)| s.state != SlotState::InProgress && self.codec.complete(&s.value.value))
             .map(|(slot, s)| (slot, s.value.value.clone()))
             .collect();
         if !entries.is_empty() {
@@ -58,7 +59,12 @@ impl MultiPaxos {
         let before = self.log.committed_prefix();
         let mut records = Vec::new();
         for (slot, value) in entries {
-            if self.log.is_committed(slot) {
+            // A slot committed here but held in part is replaced by the whole chosen value.
+            let complete = |s: &synod_core::log::Slot<Entry>| self.codec.complete(&s.value.value);
+            if self.log.is_committed(slot) && self.log.get(slot).is_none_or(complete) {
+                continue;
+            }
+            if !self.codec.complete(&value) {
                 continue;
             }
             // Chosen values: the ballot they are filed under no longer matters.
@@ -81,9 +87,17 @@ impl MultiPaxos {
         }
     }
 
-    /// The slots we asked for are trimmed at the peer: fetch a snapshot.
+    /// The slots we asked for (to catch up, or to complete a slot held in part: `fill.rs`)
+    /// are trimmed at the peer: fetch a snapshot. A leader stopped at a slot it cannot
+    /// complete any more steps down first (only followers install snapshots).
     pub(super) fn on_trimmed(&mut self, ctx: &mut Ctx<'_>, first: u64, source: Option<NodeId>) {
-        if first > self.log.committed_prefix() + 1 && self.role == Role::Follower {
+        if first <= self.log.exec_next() {
+            return;
+        }
+        if self.role == Role::Leader {
+            self.step_down(ctx, None);
+        }
+        if self.role == Role::Follower {
             self.request_snapshot(ctx, source.filter(|s| *s != self.id));
         }
     }

@@ -33,6 +33,18 @@ impl MultiPaxos {
             return;
         }
         let resend_after = self.params.heartbeat() * 2;
+        let stuck_after = Duration::from_millis(self.params.election_timeout_max_ms) * 3;
+        // A slot a majority accepted long ago that still misses its (larger) quorum: the
+        // codec's configuration needs acceptors that are gone. Phase 1 again (we stay leader
+        // if we win), re-proposing it under a fresh ballot. Not when fewer than a majority
+        // answer (a partition: a new ballot would only disrupt whoever leads the majority).
+        let stuck = |f: &InFlight| {
+            ctx.now.since(f.proposed_at) >= stuck_after && !f.acks.reached() && f.acks.count() >= self.prepare_quorum
+        };
+        if self.codec.reprepare_stuck() && self.in_flight.values().any(stuck) {
+            self.phase1(ctx, true);
+            return;
+        }
         let commit_upto = self.log.committed_prefix();
         let ballot = self.promised;
         let mut resend = Vec::new();
@@ -52,15 +64,28 @@ impl MultiPaxos {
         }
         for (slot, missing) in resend {
             if let Some(e) = self.log.get(slot) {
-                let msg = Msg::Accept { ballot, slot, value: e.value.value.clone(), commit_upto };
-                let bytes = encode(&msg);
+                // Each acceptor's piece (the whole value, or its shards: the codec's).
+                let mut same: Option<Bytes> = None;
                 for to in missing {
-                    ctx.push(Action::Send { to, msg: bytes.clone() });
+                    let value = self.codec.piece_for(&e.value.value, &self.members, to);
+                    let bytes = match (&same, value == e.value.value) {
+                        (Some(b), true) => b.clone(),
+                        (_, whole) => {
+                            let b = encode(&Msg::Accept { ballot, slot, value, commit_upto });
+                            if whole {
+                                same = Some(b.clone());
+                            }
+                            b
+                        }
+                    };
+                    ctx.push(Action::Send { to, msg: bytes });
                 }
             }
         }
         self.persist_commit_marker(ctx);
         self.send_heartbeat(ctx);
+        // The leader completes committed slots it holds only in part too (after a failover).
+        self.fill(ctx);
     }
 
     /// A leader with a lower ballot than ours is alive and we are not campaigning: if the
@@ -183,6 +208,7 @@ impl MultiPaxos {
         }
         self.execute(ctx);
         self.request_catchup(ctx, leader);
+        self.fill(ctx);
     }
 
     /// Make the committed prefix durable (`CommitUpto`) when it moved.
@@ -200,13 +226,15 @@ impl MultiPaxos {
 
     /// Execute committed slots in slot order: commands go to the state machine (answering
     /// the clients waiting here), layer entries to the layer, membership entries change the
-    /// configuration; then maybe take a snapshot.
+    /// configuration; then maybe take a snapshot. A slot held only in part (some shards of
+    /// a coded value) stops execution until `fill.rs` completes it.
     pub(super) fn execute(&mut self, ctx: &mut Ctx<'_>) {
         let mut markers = Vec::new();
         let mut config = None;
         while let Some((slot, entry)) = self.log.next_to_execute() {
+            let Some(value) = self.codec.payload(&entry.value) else { break };
             let clients = self.waiting.remove(&slot).unwrap_or_default();
-            match &entry.value {
+            match value.as_ref() {
                 Value::Cmds(batch) => {
                     for (i, cmd) in batch.iter().enumerate() {
                         let reply = Waiter::matching(clients.get(i), cmd);
@@ -216,6 +244,9 @@ impl MultiPaxos {
                 }
                 Value::Layer(e) => markers.push((slot, e.clone())),
                 Value::Config(m) => config = Some((slot, m.clone())),
+                // `payload` gives an executable value; a codec that returned a piece is a bug
+                // that must not execute anything: stop here as for an incomplete slot.
+                Value::Coded(_) => break,
             }
             self.log.advance_exec();
             // Layer entries act in order with the commands around them.

@@ -45,6 +45,8 @@ impl MultiPaxos {
         let changed = ids != self.members;
         self.members = ids;
         self.quorum = self.variant.quorum_override.unwrap_or_else(|| majority(self.members.len()));
+        self.prepare_quorum =
+            self.variant.quorum_override.unwrap_or_else(|| self.codec.prepare_quorum(self.members.len()));
         ctx.push(Action::MembershipChanged { members: self.member_infos() });
         changed
     }

@@ -15,7 +15,8 @@
 //!    only if they accepted it in the leader's ballot (so they hold exactly the leader's
 //!    value); chosen slots are executed in slot order.
 //! 4. **Catch-up** (`catchup.rs`) — anything else is fetched with `CatchupReq` (hole
-//!    filling for lagging or restarted followers).
+//!    filling for lagging or restarted followers); committed slots held only in part (an
+//!    erasure-coded piece) are completed from peers (`fill.rs`).
 //! 5. **Membership** (`membership.rs`) — single-server changes through the log.
 //! 6. **Trimming and snapshots** (`snapshot.rs`) — periodic or layer-bounded log trimming,
 //!    durable compaction, on-demand snapshot transfer.
@@ -26,11 +27,16 @@
 //!
 //! The layer on top (`layer.rs`; [`NoLayer`] for plain MultiPaxos) is called at the
 //! extension points each file names; it never changes phase 1, phase 2 or the quorums.
+//! The payload codec (`crate::layers::codec`; [`FullCopy`] for plain MultiPaxos) decides
+//! what a value becomes on its way to each acceptor, how many acceptances commit it, how
+//! many promises elect a leader and how phase 1 rebuilds a value from the pieces reported:
+//! Crossword and RSPaxos are MultiPaxos with an erasure-coding codec.
 //!
 //! Reads go through the log (no leases yet), so every operation is linearizable.
 
 mod catchup;
 mod commit;
+mod fill;
 mod layer;
 mod membership;
 mod msg;
@@ -38,8 +44,9 @@ mod phase1;
 mod phase2;
 mod snapshot;
 
-pub use msg::{AcceptedSlot, Batch, Msg, Record, Value};
+pub use msg::{AcceptedSlot, Batch, Coded, Msg, Record, Value};
 
+use crate::layers::codec::{FullCopy, PayloadCodec, Pieces, Recovered};
 use crate::layers::{Campaign, LayerMsg, LayerOp, MultiPaxosLayer, NoLayer, TrimPolicy};
 use crate::registry::Setup;
 use bytes::Bytes;
@@ -97,6 +104,8 @@ struct Entry {
 struct InFlight {
     acks: QuorumTracker,
     sent_at: Time,
+    /// When the slot was proposed in this ballot (`sent_at` moves with resends).
+    proposed_at: Time,
     /// Client commands in the slot (the slowdown detector counts operations in flight).
     cmds: usize,
 }
@@ -104,9 +113,24 @@ struct InFlight {
 /// Candidate-side bookkeeping for phase 1.
 struct Election {
     promises: QuorumTracker,
-    /// Highest-ballot value reported for each slot (committed values win).
-    found: BTreeMap<u64, (Ballot, Value, bool)>,
+    /// What the promises reported for each slot (the codec decides from all of them:
+    /// erasure-coded pieces are pooled).
+    found: BTreeMap<u64, Vec<AcceptedSlot>>,
     from_slot: u64,
+}
+
+/// Completing committed slots held only in part (`fill.rs`).
+#[derive(Default)]
+struct Filling {
+    /// No new fetch cycle before this time.
+    next_at: Time,
+    /// The first incomplete slot of the last cycle and how many cycles it stayed so.
+    stuck: (u64, u32),
+    /// Fetch cycles each peer left unanswered in a row.
+    silent: BTreeMap<NodeId, u32>,
+    /// The last log index seen and when it last grew (the deferral gap is waived once the
+    /// log stops growing).
+    last: (u64, Time),
 }
 
 /// The latest local snapshot (served to peers, and the base of the durable image).
@@ -132,6 +156,9 @@ pub struct MultiPaxos {
     variant: Variant,
     /// Majority of the current `members` (the configuration after the executed prefix).
     quorum: usize,
+    /// Promises that elect a leader among the current `members` (the codec's; a majority
+    /// unless the codec needs more).
+    prepare_quorum: usize,
     /// Peer addresses carried by membership entries (absent = as configured in the driver).
     addrs: BTreeMap<NodeId, String>,
     /// Leader: the slot of the membership entry it proposed (or re-proposed) and has not
@@ -212,6 +239,9 @@ pub struct MultiPaxos {
 
     /// The layer on this core ([`NoLayer`] for plain MultiPaxos).
     layer: Box<dyn MultiPaxosLayer>,
+    /// The payload codec ([`FullCopy`] for plain MultiPaxos).
+    codec: Box<dyn PayloadCodec>,
+    filling: Filling,
 }
 
 impl MultiPaxos {
@@ -227,6 +257,17 @@ impl MultiPaxos {
         name: &'static str,
         layer: Box<dyn MultiPaxosLayer>,
     ) -> Result<MultiPaxos, String> {
+        Self::with_codec(setup, variant, name, layer, Box::new(FullCopy))
+    }
+
+    /// MultiPaxos with `layer` on top and `codec` shaping the values sent to acceptors.
+    pub(crate) fn with_codec(
+        setup: &Setup,
+        variant: Variant,
+        name: &'static str,
+        layer: Box<dyn MultiPaxosLayer>,
+        codec: Box<dyn PayloadCodec>,
+    ) -> Result<MultiPaxos, String> {
         setup.params.validate()?;
         // A replica that is not among `setup.members` starts as a learner joining an
         // existing cluster: it answers as an acceptor but never campaigns until it executes
@@ -237,9 +278,11 @@ impl MultiPaxos {
         if members.is_empty() {
             return Err("members is empty".into());
         }
-        setup.params.check_options(name, layer.options())?;
+        let options: Vec<&str> = layer.options().iter().chain(codec.options()).copied().collect();
+        setup.params.check_options(name, &options)?;
         let compaction = layer.compaction();
         let quorum = variant.quorum_override.unwrap_or_else(|| majority(members.len()));
+        let prepare_quorum = variant.quorum_override.unwrap_or_else(|| codec.prepare_quorum(members.len()));
         Ok(MultiPaxos {
             id: setup.id,
             name,
@@ -247,6 +290,7 @@ impl MultiPaxos {
             params: setup.params.clone(),
             variant,
             quorum,
+            prepare_quorum,
             addrs: BTreeMap::new(),
             config_pending: None,
             config_waiter: None,
@@ -286,6 +330,8 @@ impl MultiPaxos {
             incoming: ChunkAssembler::default(),
             snapshots_installed: 0,
             layer,
+            codec,
+            filling: Filling::default(),
         })
     }
 
@@ -338,6 +384,7 @@ impl Protocol for MultiPaxos {
                         self.promised_other = self.promised_other.max(ballot);
                     }
                     if !self.log.is_committed(slot) {
+                        let value = self.codec.merge(self.log.get(slot).map(|s| &s.value.value), value);
                         self.log.set(slot, Entry { ballot, value }, SlotState::InProgress);
                     }
                 }
@@ -424,6 +471,8 @@ impl Protocol for MultiPaxos {
                         self.on_snapshot_chunk(ctx, from, index, offset, total, data, members)
                     }
                     Msg::Layer(msg) => self.on_layer_msg(ctx, from, msg),
+                    Msg::FillReq { asks } => self.on_fill_req(ctx, from, asks),
+                    Msg::Fill { pieces } => self.on_fill(ctx, from, pieces),
                 }
             }
             Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
@@ -467,6 +516,7 @@ impl Protocol for MultiPaxos {
             extra.insert("snapshot_bytes".into(), s.data.len().to_string());
         }
         self.layer.status(self, &mut extra);
+        self.codec.status(&mut extra);
         if let Some(e) = &self.broken {
             extra.insert("error".into(), e.clone());
         }
@@ -487,6 +537,14 @@ impl Protocol for MultiPaxos {
             Ok(Msg::Accept { ballot, slot, value: Value::Cmds(b), commit_upto }) => {
                 format!("Accept b={ballot} slot={slot} cmds={} commit={commit_upto}", b.len())
             }
+            Ok(Msg::Accept { ballot, slot, value: Value::Coded(c), commit_upto }) => {
+                let idx: Vec<u16> = c.shards.iter().map(|(i, _)| *i).collect();
+                format!(
+                    "Accept b={ballot} slot={slot} coded(origin={} cmds={} len={} c={} shards={idx:?}) commit={commit_upto}",
+                    c.origin, c.cmds, c.len, c.c
+                )
+            }
+            Ok(Msg::Fill { pieces }) => format!("Fill slots={:?}", pieces.iter().map(|(s, _)| *s).collect::<Vec<_>>()),
             Ok(Msg::Promise { ballot, accepted, trimmed }) => {
                 format!("Promise b={ballot} accepted={} trimmed={trimmed}", accepted.len())
             }

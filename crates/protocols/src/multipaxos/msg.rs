@@ -20,6 +20,49 @@ pub enum Value {
     /// A membership entry: the complete configuration in effect for every slot after this
     /// one, on every replica, once this slot is executed (docs/design.md, "Membership").
     Config(Vec<MemberInfo>),
+    /// Some erasure-coded shards of a batch of client commands (a payload codec's piece,
+    /// `crate::layers::codec`; plain MultiPaxos never sends one). Executable once it holds
+    /// `d` distinct shards.
+    Coded(Coded),
+}
+
+/// Shards of one erasure-coded batch (Crossword §3.1): the batch is encoded (postcard) into
+/// `len` bytes and cut into the `n` shards of a Reed–Solomon codeword with `d` data shards.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coded {
+    /// Which payload this is: the ballot of the leader that made it from client commands,
+    /// kept when a later leader re-proposes it. Pieces of one slot with equal `origin`, `n`
+    /// and `d` are shards of one codeword, whatever ballot they were accepted in, so an
+    /// acceptor and a new leader may pool them.
+    pub origin: Ballot,
+    pub n: u16,
+    pub d: u16,
+    /// Shards per acceptor in the proposal the piece came from (balanced round-robin,
+    /// §3.2; `c ≥ d` = the data shards to everyone): where peers' shards are, for gossip.
+    pub c: u16,
+    /// Encoded batch length in bytes.
+    pub len: u32,
+    /// Commands in the batch.
+    pub cmds: u32,
+    /// The shards held: (index in the codeword, bytes), sorted by index, no duplicates.
+    pub shards: Vec<(u16, Bytes)>,
+}
+
+impl Coded {
+    /// Another piece of the same payload.
+    pub fn same_payload(&self, other: &Coded) -> bool {
+        self.origin == other.origin && self.n == other.n && self.d == other.d && self.len == other.len
+    }
+
+    /// Enough shards to rebuild the batch.
+    pub fn complete(&self) -> bool {
+        self.shards.len() >= self.d as usize
+    }
+
+    /// Shard bytes held.
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|(_, b)| b.len()).sum()
+    }
 }
 
 impl Value {
@@ -31,6 +74,7 @@ impl Value {
     pub fn len(&self) -> usize {
         match self {
             Value::Cmds(b) => b.len(),
+            Value::Coded(c) => c.cmds as usize,
             Value::Layer(_) | Value::Config(_) => 0,
         }
     }
@@ -90,6 +134,12 @@ pub enum Msg {
     Behind { ballot: Ballot, committed: u64 },
     /// A message of the layer (`crate::layers`), opaque to the core.
     Layer(Bytes),
+    /// A replica that holds committed slots it cannot execute yet (only some shards of an
+    /// erasure-coded value) asks a peer for these parts of them (Crossword's Reconstruct,
+    /// §4.2; RSPaxos's fetch from the leader). Batched: every slot of one fetch cycle.
+    FillReq { asks: Vec<(u64, Vec<u16>)> },
+    /// The answer: the parts of those slots this replica holds.
+    Fill { pieces: Vec<(u64, Value)> },
 }
 
 /// What MultiPaxos persists. Replayed in order on restart.

@@ -74,7 +74,8 @@ impl MultiPaxos {
             self.layer.on_campaign(ctx.now, ballot);
         }
         let from_slot = self.log.committed_prefix() + 1;
-        let mut election = Election { promises: QuorumTracker::new(self.quorum), found: BTreeMap::new(), from_slot };
+        let mut election =
+            Election { promises: QuorumTracker::new(self.prepare_quorum), found: BTreeMap::new(), from_slot };
         // Our own promise, with what we accepted ourselves.
         if fresh {
             self.persist(ctx, &[Record::Promise(ballot)]);
@@ -103,21 +104,16 @@ impl MultiPaxos {
             .collect()
     }
 
-    /// Fold a promise's accepted slots into the election: per slot, a value some acceptor
-    /// knows is chosen wins, otherwise the highest-ballot one.
+    /// Fold a promise's accepted slots into the election. The codec decides each slot from
+    /// every report once a quorum promised (`become_leader`): plain Paxos takes a value some
+    /// acceptor knows is chosen, otherwise the highest-ballot one; an erasure code pools the
+    /// shards of that payload first.
     pub(super) fn merge_promise(election: &mut Election, accepted: Vec<AcceptedSlot>) {
         for a in accepted {
             if a.slot < election.from_slot {
                 continue;
             }
-            let replace = match election.found.get(&a.slot) {
-                None => true,
-                Some((_, _, true)) => false,
-                Some((b, _, false)) => a.committed || a.ballot > *b,
-            };
-            if replace {
-                election.found.insert(a.slot, (a.ballot, a.value, a.committed));
-            }
+            election.found.entry(a.slot).or_default().push(a);
         }
     }
 
@@ -209,14 +205,32 @@ impl MultiPaxos {
             return;
         }
         Self::merge_promise(election, accepted);
-        if election.promises.ack(from) {
+        // Past the quorum, later promises still add pieces a slot may need (`Undecided`).
+        if election.promises.ack(from) || election.promises.reached() {
             self.become_leader(ctx);
         }
     }
 
     /// Phase 1 succeeded: re-propose what may have been chosen, fill holes with no-ops.
+    /// The codec decides each slot from the promises' reports; if one is `Undecided` (a
+    /// value known chosen that the promises so far cannot rebuild), wait for more promises.
     pub(super) fn become_leader(&mut self, ctx: &mut Ctx<'_>) {
         let Some(election) = self.election.take() else { return };
+        let mut verdicts: BTreeMap<u64, Recovered> = BTreeMap::new();
+        for (slot, reports) in &election.found {
+            if *slot < election.from_slot || self.log.is_committed(*slot) {
+                continue;
+            }
+            match self.codec.recover(reports) {
+                Recovered::Undecided => {
+                    self.election = Some(election);
+                    return;
+                }
+                v => {
+                    verdicts.insert(*slot, v);
+                }
+            }
+        }
         self.role = Role::Leader;
         if self.promised > self.led {
             self.led = self.promised;
@@ -228,7 +242,7 @@ impl MultiPaxos {
         let last = election.found.keys().next_back().copied().unwrap_or(0).max(self.log.last_index());
         self.next_slot = last.max(election.from_slot - 1) + 1;
         let ballot = self.promised;
-        let mut found = election.found;
+        let mut found = verdicts;
         let mut records = Vec::new();
         let mut proposals = Vec::new();
         let mut learned = false;
@@ -250,19 +264,20 @@ impl MultiPaxos {
                 // An acceptor knows this value is chosen: learn it, no phase 2. A leader that
                 // was cut off for a while (its higher ballot wins when it comes back) would
                 // otherwise re-propose every slot it missed at once.
-                Some((_, v, true)) if !matches!(v, Value::Config(_)) => {
+                Some(Recovered::Chosen(v)) if !matches!(v, Value::Config(_)) => {
                     self.log.set(slot, Entry { ballot: Ballot::ZERO, value: v.clone() }, SlotState::Committed);
                     records.push(Record::Chosen { slot, value: v });
                     learned = true;
                     continue;
                 }
-                Some((_, v, _)) => v,
-                None => Value::noop(),
+                Some(Recovered::Chosen(v)) | Some(Recovered::Propose(v)) => v,
+                Some(Recovered::Free) | Some(Recovered::Undecided) | None => Value::noop(),
             };
             let config = matches!(value, Value::Config(_));
-            self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
-            records.push(Record::Accept { slot, ballot, value: value.clone() });
-            proposals.push((slot, value));
+            let proposal = self.codec.encode(ctx.now, slot, ballot, value, &self.members, self.id);
+            self.log.set(slot, Entry { ballot, value: proposal.own.clone() }, SlotState::InProgress);
+            records.push(Record::Accept { slot, ballot, value: proposal.own.clone() });
+            proposals.push((slot, proposal));
             if config {
                 self.config_pending = Some(slot);
                 break;
@@ -274,10 +289,10 @@ impl MultiPaxos {
         if !records.is_empty() {
             self.persist(ctx, &records);
         }
-        for (slot, value) in proposals {
-            let n = value.len();
-            self.track(ctx, slot, vec![None; n]);
-            ctx.broadcast(&Msg::Accept { ballot, slot, value, commit_upto: self.log.committed_prefix() });
+        for (slot, proposal) in proposals {
+            let n = proposal.own.len();
+            self.track(ctx, slot, vec![None; n], proposal.quorum);
+            self.send_accepts(ctx, slot, proposal.pieces);
         }
         self.layer.on_become_leader(ctx);
         self.send_heartbeat(ctx);

@@ -55,31 +55,48 @@ impl MultiPaxos {
         for (value, clients) in proposals {
             let slot = self.next_slot;
             self.next_slot += 1;
-            self.log.set(slot, Entry { ballot: self.promised, value: value.clone() }, SlotState::InProgress);
-            records.push(Record::Accept { slot, ballot: self.promised, value: value.clone() });
-            sends.push((slot, value, clients));
+            // The codec: what we keep, what each acceptor gets, how many acceptances commit.
+            let proposal = self.codec.encode(ctx.now, slot, self.promised, value, &self.members, self.id);
+            self.log.set(slot, Entry { ballot: self.promised, value: proposal.own.clone() }, SlotState::InProgress);
+            records.push(Record::Accept { slot, ballot: self.promised, value: proposal.own });
+            sends.push((slot, proposal.pieces, proposal.quorum, clients));
         }
         // Persist our own acceptance before the Accepts leave (driver contract), so counting
         // ourselves in the quorum is safe.
         self.persist(ctx, &records);
-        let commit_upto = self.log.committed_prefix();
-        for (slot, value, clients) in sends {
-            self.track(ctx, slot, clients);
-            ctx.broadcast(&Msg::Accept { ballot: self.promised, slot, value, commit_upto });
+        for (slot, pieces, quorum, clients) in sends {
+            self.track(ctx, slot, clients, quorum);
+            self.send_accepts(ctx, slot, pieces);
         }
         self.commit_ready(ctx);
     }
 
-    /// Leader bookkeeping for a slot just proposed: its acks (ours included) and the clients
-    /// waiting for it.
-    pub(super) fn track(&mut self, ctx: &mut Ctx<'_>, slot: u64, clients: Vec<Option<Waiter>>) {
-        let mut acks = QuorumTracker::new(self.quorum);
+    /// Send the Accepts of `slot` in our ballot: one broadcast, or each acceptor its piece.
+    pub(super) fn send_accepts(&mut self, ctx: &mut Ctx<'_>, slot: u64, pieces: Pieces) {
+        let ballot = self.promised;
+        let commit_upto = self.log.committed_prefix();
+        match pieces {
+            Pieces::Same(value) => ctx.broadcast(&Msg::Accept { ballot, slot, value, commit_upto }),
+            Pieces::Each(each) => {
+                for (to, value) in each {
+                    if to != self.id {
+                        ctx.send(to, &Msg::Accept { ballot, slot, value, commit_upto });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leader bookkeeping for a slot just proposed: its acks (ours included, `quorum`
+    /// commit it; the mutation tests' override wins) and the clients waiting for it.
+    pub(super) fn track(&mut self, ctx: &mut Ctx<'_>, slot: u64, clients: Vec<Option<Waiter>>, quorum: usize) {
+        let mut acks = QuorumTracker::new(self.variant.quorum_override.unwrap_or(quorum));
         acks.ack(self.id);
         let cmds = clients.len();
         if clients.iter().any(|c| c.is_some()) {
             self.waiting.insert(slot, clients);
         }
-        self.in_flight.insert(slot, InFlight { acks, sent_at: ctx.now, cmds });
+        self.in_flight.insert(slot, InFlight { acks, sent_at: ctx.now, proposed_at: ctx.now, cmds });
     }
 
     /// Phase 2b at an acceptor: take an Accept of a ballot at least our promise (following its
@@ -124,7 +141,10 @@ impl MultiPaxos {
             return;
         }
         if !self.log.is_committed(slot) {
-            self.log.set(slot, Entry { ballot, value: value.clone() }, SlotState::InProgress);
+            // Persist what arrived; hold it pooled with what we had of the same payload (a
+            // coded piece never loses a shard: replay pools the records the same way).
+            let held = self.codec.merge(self.log.get(slot).map(|s| &s.value.value), value.clone());
+            self.log.set(slot, Entry { ballot, value: held }, SlotState::InProgress);
             if !self.variant.volatile_accepts {
                 records.push(Record::Accept { slot, ballot, value });
             }
@@ -147,7 +167,12 @@ impl MultiPaxos {
             return;
         }
         let reached = match self.in_flight.get_mut(&slot) {
-            Some(f) => f.acks.ack(from),
+            Some(f) => {
+                if !f.acks.has(from) {
+                    self.codec.on_accepted(ctx.now, from, slot);
+                }
+                f.acks.ack(from)
+            }
             None => false,
         };
         if reached {

@@ -1,0 +1,168 @@
+//! §4.1 Choosing the best configuration.
+//!
+//! The leader keeps, per follower, a sliding window (2 s) of (data size, response time)
+//! samples of its Accept rounds, measured on its own clock (`ctx.now` at send and at the
+//! `Accepted`). Every 200 ms it refits an ordinary least squares line per follower over the
+//! window with the slowest 5% dropped as outliers: `t_i(s) = a_i + s / b_i` (`a_i` the delay,
+//! `b_i` the bandwidth). For a new instance of payload `s` and each candidate `(c, q)` on the
+//! boundary `q + c = n + 1`, every follower would receive `c·s/d` bytes; the `(q−1)`-th
+//! smallest of the followers' estimates is when the quorum (the leader counts as one) would
+//! be complete. The candidate with the smallest estimate wins.
+//!
+//! §4.3: with followers down only configurations they leave live may be chosen: candidates
+//! whose `q − 1` exceeds the followers heard from within the window are excluded, so with
+//! `f` followers silent the chooser falls back to the full copy (`c = d`, `q = f + 1`),
+//! MultiPaxos's point. Without samples (start, idle) it also picks the full copy.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+use synod_core::{NodeId, Time};
+
+/// The sliding window of samples (§4.1: 2 s).
+pub const WINDOW: Duration = Duration::from_secs(2);
+/// How often the models are refit (§4.1: 200 ms).
+pub const REFIT: Duration = Duration::from_millis(200);
+/// The share of slowest samples dropped as outliers (§4.1: the highest 5%).
+const OUTLIERS: f64 = 0.05;
+/// Samples kept per follower at most (a bound on memory at high rates).
+const MAX_SAMPLES: usize = 4096;
+/// A candidate replaces an earlier one (the full copy comes first) only if it is estimated
+/// this much faster: near-ties go to the smaller quorum, which the slowest followers'
+/// tails (not in a linear model) affect less.
+const MARGIN: f64 = 0.97;
+
+/// One follower's fitted line: response time (s) = `delay` + `per_byte` · size (bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Model {
+    pub delay: f64,
+    pub per_byte: f64,
+}
+
+impl Model {
+    pub fn estimate(&self, bytes: f64) -> f64 {
+        self.delay + self.per_byte * bytes
+    }
+
+    /// Ordinary least squares over `(size, time)` points, the slowest `OUTLIERS` dropped.
+    /// A window with one size only gives a flat line at the mean time.
+    pub fn fit(points: &[(f64, f64)]) -> Option<Model> {
+        if points.is_empty() {
+            return None;
+        }
+        let mut pts = points.to_vec();
+        pts.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let drop = (pts.len() as f64 * OUTLIERS).floor() as usize;
+        pts.truncate(pts.len() - drop);
+        let n = pts.len() as f64;
+        let ms = pts.iter().map(|p| p.0).sum::<f64>() / n;
+        let mt = pts.iter().map(|p| p.1).sum::<f64>() / n;
+        let var: f64 = pts.iter().map(|p| (p.0 - ms) * (p.0 - ms)).sum();
+        let cov: f64 = pts.iter().map(|p| (p.0 - ms) * (p.1 - mt)).sum();
+        // Time cannot shrink with size: a negative slope is noise.
+        let per_byte = if var > 0.0 { (cov / var).max(0.0) } else { 0.0 };
+        Some(Model { delay: (mt - per_byte * ms).max(0.0), per_byte })
+    }
+}
+
+/// Per-follower response-time models and the choice among candidate configurations.
+#[derive(Debug, Default)]
+pub struct Chooser {
+    samples: BTreeMap<NodeId, VecDeque<(Time, f64, f64)>>,
+    models: BTreeMap<NodeId, Model>,
+    fitted_at: Option<Time>,
+    /// Accepts in flight: slot → (sent at, bytes sent to each follower).
+    sent: BTreeMap<u64, (Time, Vec<(NodeId, usize)>)>,
+}
+
+impl Chooser {
+    /// The Accepts of `slot` left at `now`, carrying `bytes` to each follower.
+    pub fn on_send(&mut self, now: Time, slot: u64, bytes: Vec<(NodeId, usize)>) {
+        // Forget rounds older than the window (their answers are outliers or lost).
+        while let Some((&s, &(at, _))) = self.sent.iter().next() {
+            if now.since(at) <= WINDOW {
+                break;
+            }
+            self.sent.remove(&s);
+        }
+        self.sent.insert(slot, (now, bytes));
+    }
+
+    /// `from` accepted `slot` at `now`: one sample.
+    pub fn on_ack(&mut self, now: Time, from: NodeId, slot: u64) {
+        let Some((at, bytes)) = self.sent.get_mut(&slot) else { return };
+        let Some(i) = bytes.iter().position(|(p, _)| *p == from) else { return };
+        let (_, size) = bytes.swap_remove(i);
+        let rtt = now.since(*at).as_secs_f64();
+        if bytes.is_empty() {
+            self.sent.remove(&slot);
+        }
+        let q = self.samples.entry(from).or_default();
+        q.push_back((now, size as f64, rtt));
+        if q.len() > MAX_SAMPLES {
+            q.pop_front();
+        }
+    }
+
+    /// Refit every follower's model if `REFIT` passed since the last fit.
+    pub fn refit(&mut self, now: Time) {
+        if self.fitted_at.is_some_and(|t| now.since(t) < REFIT) {
+            return;
+        }
+        self.fitted_at = Some(now);
+        self.models.clear();
+        for (peer, q) in self.samples.iter_mut() {
+            while q.front().is_some_and(|(t, _, _)| now.since(*t) > WINDOW) {
+                q.pop_front();
+            }
+            let points: Vec<(f64, f64)> = q.iter().map(|(_, s, t)| (*s, *t)).collect();
+            if let Some(m) = Model::fit(&points) {
+                self.models.insert(*peer, m);
+            }
+        }
+        self.samples.retain(|_, q| !q.is_empty());
+    }
+
+    /// Followers among `followers` with samples in the window (§4.3's healthy count).
+    pub fn healthy(&mut self, now: Time, followers: &[NodeId]) -> usize {
+        self.refit(now);
+        followers.iter().filter(|p| self.models.contains_key(p)).count()
+    }
+
+    /// The fitted model of `peer` (None: no sample in the window).
+    pub fn model(&self, peer: NodeId) -> Option<Model> {
+        self.models.get(&peer).copied()
+    }
+
+    /// The best of `candidates` (`(c, q)`, the full copy first) for a payload of `bytes`
+    /// with `d` data shards, among `followers`; `full` when no candidate can be estimated.
+    pub fn choose(
+        &mut self,
+        now: Time,
+        bytes: usize,
+        d: usize,
+        followers: &[NodeId],
+        candidates: &[(usize, usize)],
+        full: (usize, usize),
+    ) -> (usize, usize) {
+        self.refit(now);
+        let mut best = (f64::INFINITY, full);
+        for &(c, q) in candidates {
+            let need = q.saturating_sub(1);
+            if need == 0 {
+                continue;
+            }
+            let per = (c.min(d) as f64) * bytes as f64 / d as f64;
+            let mut est: Vec<f64> = followers.iter().filter_map(|p| self.model(*p)).map(|m| m.estimate(per)).collect();
+            // §4.3: a follower without samples in the window is not counted as healthy.
+            if est.len() < need {
+                continue;
+            }
+            est.sort_by(f64::total_cmp);
+            let t = est[need - 1];
+            if t < best.0 * MARGIN {
+                best = (t, (c, q));
+            }
+        }
+        best.1
+    }
+}

@@ -1,0 +1,342 @@
+//! Crossword and RSPaxos: the chooser (§4.1), the codec (assignment, pooling, §3.6
+//! recovery) and scenarios on the in-test network (gossip, failover, the Fig. 2 schedule).
+
+use super::*;
+use crate::layers::codec::{PayloadCodec, Pieces, Recovered};
+use crate::multipaxos::{AcceptedSlot, Value};
+use crate::testnet::{get, put, value, Net, DONE};
+use std::time::Duration;
+use synod_core::{Ballot, Command, NodeId, Op, Time};
+
+fn params(options: &[(&str, &str)]) -> ProtocolParams {
+    let mut p = ProtocolParams::default();
+    for (k, v) in options {
+        p.set(&format!("options.{k}={v}")).unwrap();
+    }
+    p
+}
+
+fn batch(bytes: usize, tag: u8) -> Value {
+    let op = Op::Put { key: bytes::Bytes::from_static(b"k"), value: bytes::Bytes::from(vec![tag; bytes]) };
+    Value::Cmds(vec![Command { client: 1, seq: tag as u64, acked_below: 0, now_ms: 0, op }])
+}
+
+const MEMBERS: [NodeId; 5] = [1, 2, 3, 4, 5];
+
+/// A codec whose chooser heard from every replica lately (else §4.3 keeps it at the full
+/// copy): a few answered rounds at 0 ms, led by 1 and by 2; use it from `ms(1_000)` on.
+fn codec(scheme: Scheme, mode: Mode) -> RsCodec {
+    let mut c = RsCodec::new(scheme, mode, DEFAULT_GAP);
+    for (k, me) in [1, 2].into_iter().enumerate() {
+        for slot in 0..3u64 {
+            let slot = 1_000 + 10 * k as u64 + slot;
+            c.encode(ms(0), slot, Ballot::new(1, me), batch(10, 0), &MEMBERS, me);
+            for m in MEMBERS {
+                c.on_accepted(ms(1), m, slot);
+            }
+        }
+    }
+    c
+}
+
+fn ms(x: u64) -> Time {
+    Time(x * 1_000_000)
+}
+
+// ----- §4.1 the chooser ---------------------------------------------------------------------
+
+#[test]
+fn least_squares_recovers_delay_and_bandwidth_and_drops_outliers() {
+    // t = 2 ms + s / (10 MB/s), plus one huge outlier among 40 points.
+    let mut pts: Vec<(f64, f64)> = (0..39).map(|i| (i as f64 * 10_000.0, 0.002 + i as f64 * 10_000.0 / 1e7)).collect();
+    pts.push((5_000.0, 9.0));
+    let m = Model::fit(&pts).unwrap();
+    assert!((m.delay - 0.002).abs() < 1e-6, "{m:?}");
+    assert!((m.per_byte - 1e-7).abs() < 1e-10, "{m:?}");
+    // One size only: a flat line at the mean.
+    let flat = Model::fit(&[(100.0, 0.001), (100.0, 0.003)]).unwrap();
+    assert_eq!(flat.per_byte, 0.0);
+    assert!((flat.delay - 0.002).abs() < 1e-12);
+}
+
+/// Feed `per_follower` models: `(delay s, bandwidth B/s)` by sending probes of two sizes.
+fn trained(links: &[(NodeId, f64, f64)]) -> Chooser {
+    let mut ch = Chooser::default();
+    let mut slot = 0;
+    for round in 0..20u64 {
+        for size in [1_000usize, 200_000] {
+            slot += 1;
+            let at = ms(round * 50);
+            ch.on_send(at, slot, links.iter().map(|(p, _, _)| (*p, size)).collect());
+            for (p, delay, bw) in links {
+                let t = at + Duration::from_secs_f64(delay + size as f64 / bw);
+                ch.on_ack(t, *p, slot);
+            }
+        }
+    }
+    ch
+}
+
+#[test]
+fn chooser_picks_full_copy_for_small_values_and_one_shard_for_large_ones() {
+    // Four followers, 1 ms away, 12.5 MB/s each (100 Mbps).
+    let links: Vec<(NodeId, f64, f64)> = (2..=5).map(|p| (p, 0.001, 12.5e6)).collect();
+    let mut ch = trained(&links);
+    let followers = [2, 3, 4, 5];
+    let cands = synod_core::erasure::boundary_configs(5);
+    let now = ms(1_000);
+    // 8 B: transfer time is nothing, the smallest quorum wins: (c, q) = (3, 3).
+    assert_eq!(ch.choose(now, 8, 3, &followers, &cands, (3, 3)), (3, 3));
+    // 1 MB: 80 ms per full copy vs 27 ms for one shard: (1, 5).
+    assert_eq!(ch.choose(now, 1_000_000, 3, &followers, &cands, (3, 3)), (1, 5));
+    // One slow follower (1 MB/s): waiting for all five is bad, two shards each to four wins.
+    let mut links = links;
+    links[3] = (5, 0.001, 1e6);
+    let mut ch = trained(&links);
+    assert_eq!(ch.choose(now, 1_000_000, 3, &followers, &cands, (3, 3)), (2, 4));
+}
+
+#[test]
+fn chooser_excludes_quorums_the_healthy_followers_cannot_form() {
+    // §4.3: followers 4 and 5 never answer: only q ≤ 3 is live, the full copy.
+    let links: Vec<(NodeId, f64, f64)> = (2..=3).map(|p| (p, 0.001, 12.5e6)).collect();
+    let mut ch = trained(&links);
+    let cands = synod_core::erasure::boundary_configs(5);
+    assert_eq!(ch.choose(ms(1_000), 1_000_000, 3, &[2, 3, 4, 5], &cands, (3, 3)), (3, 3));
+    // No samples at all: the full copy.
+    assert_eq!(Chooser::default().choose(ms(0), 1_000_000, 3, &[2, 3, 4, 5], &cands, (3, 3)), (3, 3));
+    // Samples age out of the 2 s window: back to the full copy.
+    let links: Vec<(NodeId, f64, f64)> = (2..=5).map(|p| (p, 0.001, 12.5e6)).collect();
+    let mut ch = trained(&links);
+    assert_eq!(ch.choose(ms(1_000), 1_000_000, 3, &[2, 3, 4, 5], &cands, (3, 3)), (1, 5));
+    assert_eq!(ch.choose(ms(10_000), 1_000_000, 3, &[2, 3, 4, 5], &cands, (3, 3)), (3, 3));
+}
+
+// ----- §3.1–3.3, §3.6 the codec ---------------------------------------------------------------
+
+fn pieces(p: &crate::layers::codec::Proposal) -> Vec<(NodeId, Value)> {
+    match &p.pieces {
+        Pieces::Each(e) => e.clone(),
+        Pieces::Same(v) => MEMBERS.iter().map(|m| (*m, v.clone())).collect(),
+    }
+}
+
+#[test]
+fn each_acceptor_gets_its_round_robin_shards_and_the_boundary_quorum() {
+    for c in 1..=3usize {
+        let mut codec = codec(Scheme::Crossword, Mode::Fixed(c));
+        let p = codec.encode(ms(1_000), 1, Ballot::new(1, 1), batch(3000, 7), &MEMBERS, 1);
+        assert_eq!(p.quorum, 6 - c, "q + c = n + 1");
+        assert!(codec.complete(&p.own));
+        assert_eq!(codec.payload(&p.own).unwrap().into_owned(), batch(3000, 7));
+        for (to, v) in pieces(&p) {
+            let Value::Coded(piece) = v else { panic!("coded") };
+            let idx: Vec<u16> = piece.shards.iter().map(|(i, _)| *i).collect();
+            let pos = (to - 1) as u16;
+            let want: Vec<u16> = if c >= 3 { vec![0, 1, 2] } else { (0..c as u16).map(|k| (pos + k) % 5).collect() };
+            let mut sorted = want.clone();
+            sorted.sort();
+            assert_eq!(idx, sorted, "c={c} to={to}");
+            // A resend derives the same piece.
+            assert_eq!(codec.piece_for(&p.own, &MEMBERS, to), Value::Coded(piece));
+        }
+    }
+    // RSPaxos: one shard each; commit 4 of 5 and elect with 4; 3 of 3 and 2 for n = 3.
+    let mut rs = codec(Scheme::RsPaxos, Mode::Adaptive);
+    assert_eq!(rs.encode(ms(1_000), 1, Ballot::new(1, 1), batch(100, 1), &MEMBERS, 1).quorum, 4);
+    assert_eq!(rs.prepare_quorum(5), 4);
+    assert_eq!(rs.encode(ms(1_000), 1, Ballot::new(1, 1), batch(100, 1), &[1, 2, 3], 1).quorum, 3);
+    assert_eq!(rs.prepare_quorum(3), 2);
+}
+
+fn report(slot: u64, ballot: Ballot, value: Value, committed: bool) -> AcceptedSlot {
+    AcceptedSlot { slot, ballot, value, committed }
+}
+
+#[test]
+fn a_new_leader_rebuilds_from_d_shards_and_frees_a_slot_with_fewer() {
+    let mut codec = codec(Scheme::Crossword, Mode::Fixed(1));
+    let b1 = Ballot::new(1, 1);
+    let p = codec.encode(ms(1_000), 9, b1, batch(5000, 3), &MEMBERS, 1);
+    let each = pieces(&p);
+    // Committed on all five with one shard each; the leader (1) and follower 2 fail. The
+    // new leader hears from 3, 4, 5: three distinct shards = d, so it rebuilds the value.
+    let three: Vec<AcceptedSlot> = each[1..].iter().map(|(_, v)| report(9, b1, v.clone(), false)).collect();
+    let Recovered::Propose(v) = codec.recover(&three) else { panic!("rebuildable") };
+    assert_eq!(codec.payload(&v).unwrap().into_owned(), batch(5000, 3));
+    // Re-proposed in a higher ballot, the payload keeps its identity (origin b1).
+    let again = codec.encode(ms(1_001), 9, Ballot::new(2, 3), v, &MEMBERS, 3);
+    let Value::Coded(c) = &again.own else { panic!() };
+    assert_eq!(c.origin, b1);
+    // Two shards only of the highest ballot's payload: it cannot have been chosen (ap′).
+    let Recovered::Free = codec.recover(&three[..2]) else { panic!("free") };
+    // ... unless an acceptor knows it is chosen: then wait for more promises.
+    let mut known = three[..2].to_vec();
+    known[0].committed = true;
+    assert_eq!(codec.recover(&known), Recovered::Undecided);
+    // Shards of a different payload (another origin) are never pooled with it.
+    let other = codec.encode(ms(1_000), 9, Ballot::new(1, 2), batch(5000, 4), &MEMBERS, 2);
+    let mut mixed = three[..2].to_vec();
+    mixed.push(report(9, Ballot::new(1, 2), pieces(&other)[3].1.clone(), false));
+    // The highest ballot is now the other payload's single shard: free.
+    assert_eq!(codec.recover(&mixed), Recovered::Free);
+}
+
+#[test]
+fn acceptors_pool_shards_of_one_payload_across_ballots() {
+    // A value accepted with c = 1 in ballot 1, then re-proposed with c = 3 in ballot 2 and
+    // taken by only one acceptor: that acceptor still holds its ballot-1 shard.
+    let mut one = codec(Scheme::Crossword, Mode::Fixed(1));
+    let p1 = one.encode(ms(1_000), 4, Ballot::new(1, 1), batch(2000, 9), &MEMBERS, 1);
+    let piece1 = pieces(&p1)[2].1.clone(); // acceptor 4, shard 3
+    let Recovered::Propose(full) = one.recover(&[report(4, Ballot::new(1, 1), p1.own.clone(), false)]) else {
+        panic!()
+    };
+    let mut three = codec(Scheme::Crossword, Mode::Fixed(3));
+    let p2 = three.encode(ms(1_000), 4, Ballot::new(2, 2), full, &MEMBERS, 2);
+    let piece2 = pieces(&p2)[2].1.clone();
+    let held = three.merge(Some(&piece1), piece2);
+    let Value::Coded(h) = &held else { panic!() };
+    let idx: Vec<u16> = h.shards.iter().map(|(i, _)| *i).collect();
+    assert_eq!(idx, vec![0, 1, 2, 3]);
+    // A different payload replaces what was held.
+    let other = one.encode(ms(1_000), 4, Ballot::new(3, 1), batch(2000, 1), &MEMBERS, 1);
+    assert_eq!(three.merge(Some(&held), pieces(&other)[2].1.clone()), pieces(&other)[2].1);
+    assert_eq!(three.pool(&held, &pieces(&other)[2].1), None);
+}
+
+#[test]
+fn gossip_asks_the_peers_assigned_the_missing_shards_leader_last() {
+    let mut codec = codec(Scheme::Crossword, Mode::Fixed(1));
+    let p = codec.encode(ms(1_000), 1, Ballot::new(1, 1), batch(900, 1), &MEMBERS, 1);
+    let mine = pieces(&p)[1].1.clone(); // acceptor 3 holds shard 2
+    let plan = codec.fill_plan(&mine, &MEMBERS, 3, Some(1), 0, &|_| false);
+    let asked: Vec<(NodeId, Vec<u16>)> = plan.iter().map(|a| (a.peer, a.parts.clone())).collect();
+    assert_eq!(asked, vec![(4, vec![3]), (5, vec![4])]);
+    // Peer 4 silent: 5, then the leader for a data shard.
+    let plan = codec.fill_plan(&mine, &MEMBERS, 3, Some(1), 0, &|p| p == 4);
+    let asked: Vec<(NodeId, Vec<u16>)> = plan.iter().map(|a| (a.peer, a.parts.clone())).collect();
+    assert_eq!(asked, vec![(5, vec![4]), (2, vec![1])]);
+    // What a peer shares pools into a complete piece.
+    let four = codec.share(&pieces(&p)[2].1, &[3]).unwrap();
+    let five = codec.share(&pieces(&p)[3].1, &[4]).unwrap();
+    let pooled = codec.pool(&codec.pool(&mine, &four).unwrap(), &five).unwrap();
+    assert_eq!(codec.payload(&pooled).unwrap().into_owned(), batch(900, 1));
+    // RSPaxos asks the leader.
+    let rs = RsCodec::new(Scheme::RsPaxos, Mode::Adaptive, DEFAULT_GAP);
+    let plan = rs.fill_plan(&mine, &MEMBERS, 3, Some(1), 0, &|_| false);
+    assert_eq!(plan.len(), 1);
+    assert_eq!(plan[0].peer, 1);
+}
+
+// ----- scenarios ------------------------------------------------------------------------------
+
+fn elect(net: &mut Net) -> NodeId {
+    net.run_for(Duration::from_secs(2));
+    net.leader().expect("a leader within 2 s")
+}
+
+fn big(i: u64) -> String {
+    format!("{i}:{}", "x".repeat(3000 + i as usize))
+}
+
+#[test]
+fn followers_execute_through_gossip_and_a_new_leader_rebuilds_after_failover() {
+    // c = 1, q = 5: every follower holds one shard of each value and must gossip.
+    let mut net = Net::with_params(5, build, params(&[("config", "1"), ("gossip_gap", "0")]));
+    let l1 = elect(&mut net);
+    for i in 1..=10 {
+        net.request(l1, 1, i, put(&format!("k{i}"), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_millis(500));
+    for n in 1..=5 {
+        assert_eq!(net.executed(n), net.executed(l1), "replica {n} executed through gossip");
+    }
+    net.assert_agreement();
+    // The leader fails: the next one rebuilds every value from the followers' shards.
+    net.crash(l1);
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("new leader");
+    net.request(l2, 2, 1, get("k7"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(7))));
+    net.assert_agreement();
+}
+
+#[test]
+fn fig2_two_failures_after_a_one_shard_commit() {
+    // Fig. 2: with n = 5 an instance committed on four servers with one shard each cannot
+    // survive two failures. RSPaxos (q = 4, elect 4) tolerates one: after two failures it
+    // elects no leader. Crossword with the chooser falls back to full copies and stays live.
+    let mut rs = Net::new(5, crate::rspaxos::build);
+    let l = elect(&mut rs);
+    rs.request(l, 1, 1, put("a", &big(1)));
+    assert_eq!(rs.reply_for(1, 1), Some(&DONE));
+    let others: Vec<NodeId> = (1..=5).filter(|n| *n != l).collect();
+    rs.crash(l);
+    rs.crash(others[0]);
+    assert!(rs.await_leader(Duration::from_secs(10)).is_none(), "RSPaxos cannot elect with 3 of 5");
+
+    let mut cw = Net::new(5, build);
+    let l = elect(&mut cw);
+    for i in 1..=20 {
+        cw.request(l, 1, i, put("a", &big(i)));
+        assert_eq!(cw.reply_for(1, i), Some(&DONE));
+    }
+    let followers: Vec<NodeId> = (1..=5).filter(|n| *n != l).collect();
+    cw.crash(followers[0]);
+    cw.crash(followers[1]);
+    // The leader keeps committing with the three live servers (in-flight instances that
+    // needed the failed ones are re-proposed after a fresh phase 1).
+    for i in 21..=25 {
+        cw.request(l, 1, i, put("a", &big(i)));
+    }
+    cw.run_for(Duration::from_secs(10));
+    let leader = cw.leader().expect("a leader");
+    cw.request(leader, 2, 1, get("a"));
+    cw.run_for(Duration::from_millis(500));
+    assert_eq!(cw.reply_for(2, 1), Some(&value(&big(25))));
+    cw.assert_agreement();
+}
+
+#[test]
+fn rspaxos_followers_fetch_values_and_survive_one_failure() {
+    let mut net = Net::new(5, crate::rspaxos::build);
+    let l1 = elect(&mut net);
+    for i in 1..=5 {
+        net.request(l1, 1, i, put(&format!("k{i}"), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_secs(1));
+    for n in 1..=5 {
+        assert_eq!(net.executed(n), net.executed(l1), "replica {n} fetched every value");
+    }
+    net.crash(l1);
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("one failure is tolerated");
+    net.request(l2, 2, 1, get("k3"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(3))));
+    net.assert_agreement();
+}
+
+#[test]
+fn restart_from_the_wal_keeps_shards() {
+    let mut net = Net::with_params(3, build, params(&[("config", "rotate")]));
+    let l = elect(&mut net);
+    for i in 1..=6 {
+        net.request(l, 1, i, put(&format!("k{i}"), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    // Every replica crashes and restarts from its durable records.
+    for n in 1..=3 {
+        net.crash(n);
+    }
+    for n in 1..=3 {
+        net.restart(n);
+    }
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("leader after restart");
+    net.request(l2, 2, 1, get("k5"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(5))));
+    net.assert_agreement();
+}
