@@ -37,6 +37,7 @@ pub mod mutants {
             description: "MultiPaxos committing with n/2 replies (non-intersecting quorums)",
             client: leader_policy,
             order: Order::Total,
+            tolerates: crate::registry::minority,
             build: crate::multipaxos::mutants::build_bad_quorum,
         },
         ProtocolInfo {
@@ -44,6 +45,7 @@ pub mod mutants {
             description: "Raft granting votes without the up-to-date log check (§5.4.1)",
             client: leader_policy,
             order: Order::Total,
+            tolerates: crate::registry::minority,
             build: crate::raft::build_no_log_check,
         },
         ProtocolInfo {
@@ -52,6 +54,7 @@ pub mod mutants {
                 "Mencius revoking a suspect's slots with no-ops without phase 1 (may overwrite a chosen value)",
             client: home_policy,
             order: Order::Total,
+            tolerates: crate::registry::minority,
             build: crate::mencius::mutants::build_revoke_without_prepare,
         },
         ProtocolInfo {
@@ -59,6 +62,7 @@ pub mod mutants {
             description: "MultiPaxos whose followers acknowledge Accepts without persisting them (caught by whole-cluster crashes)",
             client: leader_policy,
             order: Order::Total,
+            tolerates: crate::registry::minority,
             build: crate::multipaxos::mutants::build_volatile_accepts,
         },
         ProtocolInfo {
@@ -66,6 +70,7 @@ pub mod mutants {
             description: "HoliPaxos whose followers take a control message as committing every slot they accepted in its ballot (a mutant layer wrapping the HoliPaxos layer)",
             client: leader_policy,
             order: Order::Total,
+            tolerates: crate::registry::minority,
             build: crate::holipaxos::mutants::build_eager_commit,
         },
         ProtocolInfo {
@@ -73,6 +78,7 @@ pub mod mutants {
             description: "MultiPaxos whose followers execute accepted, not yet chosen, values",
             client: leader_policy,
             order: Order::Total,
+            tolerates: crate::registry::minority,
             build: crate::multipaxos::mutants::build_early_exec,
         },
         ProtocolInfo {
@@ -80,6 +86,7 @@ pub mod mutants {
             description: "EPaxos with a fast quorum one replica too small (for 3 replicas the leader commits alone)",
             client: home_policy,
             order: Order::Partial,
+            tolerates: crate::registry::minority,
             build: crate::epaxos::mutants::build_small_fast_quorum,
         },
         ProtocolInfo {
@@ -87,6 +94,7 @@ pub mod mutants {
             description: "Crossword committing with q - 1 acceptances (q + c = n, violating C4): caught when f servers crash after a commit",
             client: leader_policy,
             order: Order::Total,
+            tolerates: crate::registry::minority,
             build: crate::crossword::mutants::build_short_quorum,
         },
     ];

@@ -27,6 +27,10 @@ pub struct ProtocolInfo {
     /// Whether every replica applies commands in one sequence (the state machine and the
     /// simulator's convergence check rely on it) or only interfering ones in the same order.
     pub order: Order,
+    /// How many of `n` replicas may fail with the cluster still committing: `n − 1 − ⌊n/2⌋`
+    /// ([`minority`]) for majority-quorum protocols; fewer for protocols whose quorums are
+    /// larger (RSPaxos). Shown by `synod protocols`; the shared registry tests crash no more.
+    pub tolerates: fn(usize) -> usize,
     /// Construct a replica; the error explains a bad option.
     pub build: fn(&Setup) -> Result<Box<dyn Protocol>, String>,
 }
@@ -43,6 +47,7 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "MultiPaxos with a stable leader, phase-2 pipelining, adaptive batching, catch-up, periodic snapshots (snapshot_every)",
         client: leader_policy,
         order: Order::Total,
+        tolerates: minority,
         build: crate::multipaxos::build,
     },
     ProtocolInfo {
@@ -50,6 +55,7 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "MultiPaxos + HoliPaxos layers: integrated failure detector and churn rules 1-3, slowdown detector with overload markers, GLE log trimming (options trim=gle|quorum|snapshot), single control message",
         client: leader_policy,
         order: Order::Total,
+        tolerates: minority,
         build: crate::holipaxos::build,
     },
     ProtocolInfo {
@@ -57,6 +63,7 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "Raft (options prevote, check_quorum default off), snapshots + InstallSnapshot",
         client: leader_policy,
         order: Order::Total,
+        tolerates: minority,
         build: crate::raft::build,
     },
     ProtocolInfo {
@@ -64,6 +71,7 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "Raft with PreVote and CheckQuorum on (HoliPaxos's Raft+ baseline)",
         client: leader_policy,
         order: Order::Total,
+        tolerates: minority,
         build: crate::raft::build_plus,
     },
     ProtocolInfo {
@@ -71,6 +79,7 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "Mencius: rotating slot owners (Coordinated Paxos), skips, revocation of a suspect's slots; clients use any replica",
         client: home_policy,
         order: Order::Total,
+        tolerates: minority,
         build: crate::mencius::build,
     },
     ProtocolInfo {
@@ -78,6 +87,7 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "EPaxos: leaderless, dependency-ordered commits with fast (F+floor((F+1)/2)) and slow paths, Tarjan execution, explicit-prepare recovery; clients use any replica",
         client: home_policy,
         order: Order::Partial,
+        tolerates: minority,
         build: crate::epaxos::build,
     },
     ProtocolInfo {
@@ -85,6 +95,7 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "Crossword: MultiPaxos with per-instance Reed-Solomon shards, (c, q) on q + c = n + 1 chosen by per-follower response-time models (options config=adaptive|rotate|<c>, gossip_gap), follower gossip, shard pooling on failover",
         client: leader_policy,
         order: Order::Total,
+        tolerates: minority,
         build: crate::crossword::build,
     },
     ProtocolInfo {
@@ -92,9 +103,15 @@ static REGISTRY: &[ProtocolInfo] = &[
         description: "RSPaxos: MultiPaxos with one Reed-Solomon shard per acceptor, commit quorum ceil((n+d)/2) (n=5: 4, one failure tolerated), followers fetch values from the leader",
         client: leader_policy,
         order: Order::Total,
+        tolerates: crate::rspaxos::tolerates,
         build: crate::rspaxos::build,
     },
 ];
+
+/// Failures tolerated by protocols whose quorums are majorities: ⌊(n − 1)/2⌋.
+pub fn minority(n: usize) -> usize {
+    n.saturating_sub(1) / 2
+}
 
 /// Every registered protocol.
 pub fn all() -> &'static [ProtocolInfo] {

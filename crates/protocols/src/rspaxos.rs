@@ -28,3 +28,18 @@ pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
     let codec = Box::new(RsCodec::new(Scheme::RsPaxos, mode, gap));
     Ok(Box::new(MultiPaxos::with_codec(setup, Variant::default(), "rspaxos", Box::new(NoLayer), codec)?))
 }
+
+/// Failures RSPaxos tolerates with `n` replicas: `n − q` with `q = ⌈(n + d)/2⌉`, `d = f + 1`
+/// (`n = 3`: 0, `n = 5`: 1, `n = 7`: 1).
+pub fn tolerates(n: usize) -> usize {
+    let d = n.saturating_sub(1) / 2 + 1;
+    n.saturating_sub((n + d).div_ceil(2))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tolerance_follows_the_larger_quorum() {
+        assert_eq!([3, 5, 7, 9].map(super::tolerates), [0, 1, 1, 2]);
+    }
+}

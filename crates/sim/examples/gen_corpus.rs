@@ -46,6 +46,7 @@ static LOCAL_APPLY: ProtocolInfo = ProtocolInfo {
     description: "no agreement",
     client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
+    tolerates: synod_protocols::registry::minority,
     build: local,
 };
 

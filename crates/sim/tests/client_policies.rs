@@ -81,6 +81,7 @@ static HONEST: ProtocolInfo = ProtocolInfo {
     description: "MultiPaxos refusing every third request",
     client: strict,
     order: synod_core::session::Order::Total,
+    tolerates: synod_protocols::registry::minority,
     build: |s| build(s, false),
 };
 static LYING: ProtocolInfo = ProtocolInfo {
@@ -88,6 +89,7 @@ static LYING: ProtocolInfo = ProtocolInfo {
     description: "MultiPaxos refusing every third request and executing it anyway",
     client: strict,
     order: synod_core::session::Order::Total,
+    tolerates: synod_protocols::registry::minority,
     build: |s| build(s, true),
 };
 

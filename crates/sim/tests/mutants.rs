@@ -65,6 +65,7 @@ static LOCAL_APPLY: ProtocolInfo = ProtocolInfo {
     description: "no agreement",
     client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
+    tolerates: synod_protocols::registry::minority,
     build: local,
 };
 static SHARED_SLOTS: ProtocolInfo = ProtocolInfo {
@@ -72,6 +73,7 @@ static SHARED_SLOTS: ProtocolInfo = ProtocolInfo {
     description: "no agreement",
     client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
+    tolerates: synod_protocols::registry::minority,
     build: shared,
 };
 static BLACK_HOLE: ProtocolInfo = ProtocolInfo {
@@ -79,6 +81,7 @@ static BLACK_HOLE: ProtocolInfo = ProtocolInfo {
     description: "never answers",
     client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
+    tolerates: synod_protocols::registry::minority,
     build: black_hole,
 };
 

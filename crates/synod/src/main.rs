@@ -55,7 +55,8 @@ fn main() -> ExitCode {
         Command::Scenario(args) => scenario::main(args),
         Command::Protocols => {
             for p in synod_protocols::registry::all() {
-                println!("{:<12} {}", p.name, p.description);
+                let t = p.tolerates;
+                println!("{:<12} {} [failures tolerated: {} of 3, {} of 5]", p.name, p.description, t(3), t(5));
             }
             ExitCode::SUCCESS
         }
