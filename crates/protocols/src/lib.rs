@@ -4,8 +4,10 @@
 //! runtime, the simulator, the CLI) never `match` on protocol names: they look a protocol up
 //! here and call its constructor.
 
+pub mod admission;
 pub mod epaxos;
 pub mod holipaxos;
+pub mod idem;
 pub mod layers;
 pub mod mencius;
 pub mod multipaxos;

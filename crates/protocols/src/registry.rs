@@ -75,6 +75,34 @@ static REGISTRY: &[ProtocolInfo] = &[
         order: Order::Partial,
         build: crate::epaxos::build,
     },
+    ProtocolInfo {
+        name: "idem",
+        description: "IDEM: every replica runs an acceptance test (reject threshold, active queue management) and rejects early; the leader orders requests f+1 replicas accepted; forwarding, rejected cache, fetch, implicit GC (options reject_threshold, admission, forward_ms, relay)",
+        leader_based: false,
+        order: Order::Total,
+        build: crate::idem::build,
+    },
+    ProtocolInfo {
+        name: "idem-nopr",
+        description: "IDEM without proactive rejection (the paper's IDEM_noPR ablation)",
+        leader_based: false,
+        order: Order::Total,
+        build: crate::idem::build_nopr,
+    },
+    ProtocolInfo {
+        name: "idem-noaqm",
+        description: "IDEM with tail drop only, no active queue management (the paper's ablation)",
+        leader_based: false,
+        order: Order::Total,
+        build: crate::idem::build_noaqm,
+    },
+    ProtocolInfo {
+        name: "paxos-lbr",
+        description: "MultiPaxos with leader-based rejection (IDEM's baseline): the leader runs the acceptance test; options reject_threshold, admission",
+        leader_based: true,
+        order: Order::Total,
+        build: crate::layers::lbr::build,
+    },
 ];
 
 /// Every registered protocol.

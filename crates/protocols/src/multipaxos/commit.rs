@@ -209,7 +209,8 @@ impl MultiPaxos {
             match &entry.value {
                 Value::Cmds(batch) => {
                     for (i, cmd) in batch.iter().enumerate() {
-                        let reply = Waiter::matching(clients.get(i), cmd);
+                        let layer_reply = self.layer.on_command_executed(ctx.now, cmd);
+                        let reply = Waiter::matching(clients.get(i), cmd).or(layer_reply);
                         ctx.apply(Pos::slot(slot, i as u32), cmd.clone(), reply);
                     }
                     self.cmds_executed += batch.len() as u64;

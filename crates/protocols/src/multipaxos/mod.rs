@@ -426,7 +426,7 @@ impl Protocol for MultiPaxos {
                     Msg::Layer(msg) => self.on_layer_msg(ctx, from, msg),
                 }
             }
-            Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Request { client, cmd } => self.on_client_request(ctx, client, cmd),
             Event::Reconfigure { client, id, change } => self.on_reconfigure(ctx, client, id, change),
             Event::Timer(TIMER_ELECTION) => self.on_election_timer(ctx),
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
@@ -439,6 +439,7 @@ impl Protocol for MultiPaxos {
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Persisted { .. } => {}
         }
+        self.propose_layer_ready(ctx);
         self.trim_step();
     }
 
