@@ -96,7 +96,7 @@ impl Idem {
         let id = (cmd.client, cmd.seq);
         let client = client.or_else(|| self.rejected.take_client(&id));
         self.stats.accepted += 1;
-        self.held.insert(id, Held { cmd, client, since: ctx.now, required: None, forwarded: false });
+        self.held.insert(id, Held { cmd, client, since: ctx.now, required: None, forwarded: None });
         self.send_require(core, ctx, id);
     }
 

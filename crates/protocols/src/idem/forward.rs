@@ -21,8 +21,8 @@ impl Idem {
         self.newest.get(&id.0).is_some_and(|s| *s > id.1)
     }
 
-    /// Every forward delay: forward accepted requests that did not execute in time (once
-    /// each), re-send REQUIREs after a view change or when the leader may have lost them,
+    /// Every forward delay: forward accepted requests that did not execute in time (again
+    /// every five forward delays while they do not), re-send REQUIREs after a view change or when the leader may have lost them,
     /// release what can no longer execute, forget stale leader state, and move the window.
     pub(super) fn on_tick(&mut self, core: &MultiPaxos, ctx: &mut Ctx<'_>) -> Option<LayerOp> {
         let now = ctx.now;
@@ -37,7 +37,13 @@ impl Idem {
                 release.push(*id);
                 continue;
             }
-            if age >= self.cfg.forward_delay && !h.forwarded {
+            // Forwarded once the delay passed, and again every `resend` while it does not
+            // execute (a forward can be lost like any message).
+            let due = match h.forwarded {
+                None => age >= self.cfg.forward_delay,
+                Some(at) => now.since(at) >= resend,
+            };
+            if due {
                 forward.push(*id);
             }
             let stale = match h.required {
@@ -54,7 +60,7 @@ impl Idem {
         }
         for id in forward {
             if let Some(h) = self.held.get_mut(&id) {
-                h.forwarded = true;
+                h.forwarded = Some(now);
                 let cmd = h.cmd.clone();
                 self.stats.forwarded += 1;
                 broadcast(ctx, &IdemMsg::Forward { cmd });

@@ -170,7 +170,8 @@ struct Held {
     since: Time,
     /// The leader the last REQUIRE went to, and when.
     required: Option<(NodeId, Time)>,
-    forwarded: bool,
+    /// When it was last forwarded.
+    forwarded: Option<Time>,
 }
 
 /// Leader side: who required a request.
