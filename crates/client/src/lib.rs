@@ -232,7 +232,7 @@ impl Client {
             Err(e) => return Attempt::Next(e),
         };
         let exchange = async {
-            conn.send(&ClientMsg::Request(cmd.clone())).await?;
+            conn.send(&ClientMsg::Request { cmd: cmd.clone(), meta: Default::default() }).await?;
             loop {
                 match conn.recv().await? {
                     // A late reply to an earlier request of this session: not ours.

@@ -80,7 +80,7 @@ async fn serve(
                 execute_index: 0,
                 extra: Default::default(),
             }),
-            ClientMsg::Request(cmd) => {
+            ClientMsg::Request { cmd, .. } => {
                 let n = {
                     let mut s = seen.lock().unwrap();
                     s.push(cmd.clone());

@@ -171,6 +171,31 @@ impl Default for RetryTimes {
     }
 }
 
+/// What a protocol's client-policy constructor (the registry's `client`) gets: the host's
+/// retry timings and the protocol's options (the same `ProtocolParams::options` the replicas
+/// were built with, so a policy can read its own knobs, e.g. a Nezha deadline percentile).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientConfig {
+    pub retry: RetryTimes,
+    pub options: std::collections::BTreeMap<String, String>,
+}
+
+impl ClientConfig {
+    pub fn new(retry: RetryTimes) -> Self {
+        ClientConfig { retry, options: Default::default() }
+    }
+}
+
+/// The registry's constructor for leader-based protocols.
+pub fn leader_policy(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
+    Box::new(LeaderPolicy::new(cfg.retry.clone()))
+}
+
+/// The registry's constructor for protocols where any replica serves a client.
+pub fn home_policy(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
+    Box::new(HomePolicy::new(cfg.retry.clone()))
+}
+
 /// The timer ids the policies in this module use.
 const ATTEMPT_TIMER: u64 = 1;
 const RESEND_TIMER: u64 = 2;

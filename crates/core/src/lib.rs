@@ -21,7 +21,7 @@ pub mod time;
 pub mod wire;
 
 pub use ballot::Ballot;
-pub use client_policy::{ClientAction, ClientCtx, ClientPolicy, Outcome, RequestMeta};
+pub use client_policy::{ClientAction, ClientConfig, ClientCtx, ClientPolicy, Outcome, RequestMeta, RetryTimes};
 pub use kv::{Command, Op, OpResult};
 pub use params::{Limits, ProtocolParams};
 pub use protocol::{

@@ -16,6 +16,7 @@
 //! 4. [`Action::Apply`] hands committed commands to the driver's state machine in the order
 //!    pushed; the driver replies to the client named in it with the result.
 
+use crate::client_policy::RequestMeta;
 use crate::kv::{Command, OpResult};
 use crate::time::Time;
 use crate::Rng;
@@ -104,8 +105,10 @@ pub enum Event {
     /// (Nezha's deadlines use it with the receiver's `ctx.now` to estimate one-way delays).
     Message { from: NodeId, sent_at: Time, msg: Bytes },
     /// A client request arriving at this replica. A client may send the same request to
-    /// several replicas (Nezha, IDEM): each one sees this event.
-    Request { client: ClientRef, cmd: Command },
+    /// several replicas (Nezha, IDEM): each one sees this event. `meta` is what the client's
+    /// policy stamped on this send (a send time, protocol bytes such as a Nezha deadline);
+    /// protocols that do not use it match with `..`.
+    Request { client: ClientRef, cmd: Command, meta: RequestMeta },
     /// A timer the protocol set has fired.
     Timer(TimerId),
     /// Records of an earlier [`Action::Persist`] are durable.

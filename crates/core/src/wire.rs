@@ -1,6 +1,7 @@
 //! The native client protocol and the length-prefixed framing shared by client and peer
 //! connections: a 4-byte big-endian length, then a postcard payload.
 
+use crate::client_policy::RequestMeta;
 use crate::kv::Command;
 use crate::protocol::{Reply, Status};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -18,7 +19,11 @@ pub const PEER_NONCE_BYTES: usize = 32;
 /// Client → replica.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientMsg {
-    Request(Command),
+    /// A request, with what the client policy stamped on this send (`RequestMeta`).
+    Request {
+        cmd: Command,
+        meta: RequestMeta,
+    },
     Status,
 }
 
@@ -109,13 +114,16 @@ mod tests {
 
     #[test]
     fn frames_round_trip_and_split() {
-        let m = ClientMsg::Request(Command {
-            client: 1,
-            seq: 2,
-            acked_below: 1,
-            now_ms: 0,
-            op: Op::Get { key: Bytes::from_static(b"k") },
-        });
+        let m = ClientMsg::Request {
+            cmd: Command {
+                client: 1,
+                seq: 2,
+                acked_below: 1,
+                now_ms: 0,
+                op: Op::Get { key: Bytes::from_static(b"k") },
+            },
+            meta: RequestMeta { sent_at: crate::Time::from_millis(5), ext: Bytes::from_static(b"x") },
+        };
         let f = frame(&m);
         let mut buf = BytesMut::new();
         buf.extend_from_slice(&f[..3]);

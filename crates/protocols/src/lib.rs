@@ -20,25 +20,29 @@ mod testnet;
 #[cfg(test)]
 mod decode_tests;
 
+#[cfg(test)]
+mod registry_tests;
+
 /// Deliberately broken protocol variants, registered only for the mutation tests that prove
 /// the checkers can fail. Never reachable from the CLI.
 #[cfg(feature = "mutants")]
 pub mod mutants {
     use crate::registry::ProtocolInfo;
+    use synod_core::client_policy::{home_policy, leader_policy};
     use synod_core::session::Order;
 
     static MUTANTS: &[ProtocolInfo] = &[
         ProtocolInfo {
             name: "multipaxos-bad-quorum",
             description: "MultiPaxos committing with n/2 replies (non-intersecting quorums)",
-            leader_based: true,
+            client: leader_policy,
             order: Order::Total,
             build: crate::multipaxos::mutants::build_bad_quorum,
         },
         ProtocolInfo {
             name: "raft-no-log-check",
             description: "Raft granting votes without the up-to-date log check (§5.4.1)",
-            leader_based: true,
+            client: leader_policy,
             order: Order::Total,
             build: crate::raft::build_no_log_check,
         },
@@ -46,35 +50,35 @@ pub mod mutants {
             name: "mencius-revoke-without-prepare",
             description:
                 "Mencius revoking a suspect's slots with no-ops without phase 1 (may overwrite a chosen value)",
-            leader_based: false,
+            client: home_policy,
             order: Order::Total,
             build: crate::mencius::mutants::build_revoke_without_prepare,
         },
         ProtocolInfo {
             name: "multipaxos-volatile-accepts",
             description: "MultiPaxos whose followers acknowledge Accepts without persisting them (caught by whole-cluster crashes)",
-            leader_based: true,
+            client: leader_policy,
             order: Order::Total,
             build: crate::multipaxos::mutants::build_volatile_accepts,
         },
         ProtocolInfo {
             name: "holipaxos-eager-commit",
             description: "HoliPaxos whose followers take a control message as committing every slot they accepted in its ballot (a mutant layer wrapping the HoliPaxos layer)",
-            leader_based: true,
+            client: leader_policy,
             order: Order::Total,
             build: crate::holipaxos::mutants::build_eager_commit,
         },
         ProtocolInfo {
             name: "multipaxos-early-exec",
             description: "MultiPaxos whose followers execute accepted, not yet chosen, values",
-            leader_based: true,
+            client: leader_policy,
             order: Order::Total,
             build: crate::multipaxos::mutants::build_early_exec,
         },
         ProtocolInfo {
             name: "epaxos-small-fast-quorum",
             description: "EPaxos with a fast quorum one replica too small (for 3 replicas the leader commits alone)",
-            leader_based: false,
+            client: home_policy,
             order: Order::Partial,
             build: crate::epaxos::mutants::build_small_fast_quorum,
         },

@@ -1,7 +1,8 @@
 //! The protocol registry: name → constructor. Adding a protocol means adding one entry here.
 
+use synod_core::client_policy::{home_policy, leader_policy};
 use synod_core::session::Order;
-use synod_core::{NodeId, Protocol, ProtocolParams};
+use synod_core::{ClientConfig, ClientPolicy, NodeId, Protocol, ProtocolParams};
 
 /// What a protocol needs to know to construct a replica.
 #[derive(Clone, Debug)]
@@ -17,8 +18,12 @@ pub struct Setup {
 pub struct ProtocolInfo {
     pub name: &'static str,
     pub description: &'static str,
-    /// Whether clients should look for a single leader (redirects) or may talk to any replica.
-    pub leader_based: bool,
+    /// The client side of the protocol: a fresh policy for one client session (where its
+    /// requests go, how replies count). Every host — the client library, the simulator's
+    /// clients, the Redis front end, `synod bench` — runs it. Leader-based protocols use
+    /// [`leader_policy`], protocols where any replica serves a client [`home_policy`]; a
+    /// protocol with its own client logic supplies a constructor from its folder.
+    pub client: fn(&ClientConfig) -> Box<dyn ClientPolicy>,
     /// Whether every replica applies commands in one sequence (the state machine and the
     /// simulator's convergence check rely on it) or only interfering ones in the same order.
     pub order: Order,
@@ -36,70 +41,70 @@ static REGISTRY: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "multipaxos",
         description: "MultiPaxos with a stable leader, phase-2 pipelining, adaptive batching, catch-up, periodic snapshots (snapshot_every)",
-        leader_based: true,
+        client: leader_policy,
         order: Order::Total,
         build: crate::multipaxos::build,
     },
     ProtocolInfo {
         name: "holipaxos",
         description: "MultiPaxos + HoliPaxos layers: integrated failure detector and churn rules 1-3, slowdown detector with overload markers, GLE log trimming (options trim=gle|quorum|snapshot), single control message",
-        leader_based: true,
+        client: leader_policy,
         order: Order::Total,
         build: crate::holipaxos::build,
     },
     ProtocolInfo {
         name: "raft",
         description: "Raft (options prevote, check_quorum default off), snapshots + InstallSnapshot",
-        leader_based: true,
+        client: leader_policy,
         order: Order::Total,
         build: crate::raft::build,
     },
     ProtocolInfo {
         name: "raft+",
         description: "Raft with PreVote and CheckQuorum on (HoliPaxos's Raft+ baseline)",
-        leader_based: true,
+        client: leader_policy,
         order: Order::Total,
         build: crate::raft::build_plus,
     },
     ProtocolInfo {
         name: "mencius",
         description: "Mencius: rotating slot owners (Coordinated Paxos), skips, revocation of a suspect's slots; clients use any replica",
-        leader_based: false,
+        client: home_policy,
         order: Order::Total,
         build: crate::mencius::build,
     },
     ProtocolInfo {
         name: "epaxos",
         description: "EPaxos: leaderless, dependency-ordered commits with fast (F+floor((F+1)/2)) and slow paths, Tarjan execution, explicit-prepare recovery; clients use any replica",
-        leader_based: false,
+        client: home_policy,
         order: Order::Partial,
         build: crate::epaxos::build,
     },
     ProtocolInfo {
         name: "idem",
         description: "IDEM: every replica runs an acceptance test (reject threshold, active queue management) and rejects early; the leader orders requests f+1 replicas accepted; forwarding, rejected cache, fetch, implicit GC (options reject_threshold, admission, forward_ms, relay)",
-        leader_based: false,
+        client: crate::idem::policy::client,
         order: Order::Total,
         build: crate::idem::build,
     },
     ProtocolInfo {
         name: "idem-nopr",
         description: "IDEM without proactive rejection (the paper's IDEM_noPR ablation)",
-        leader_based: false,
+        client: crate::idem::policy::client,
         order: Order::Total,
         build: crate::idem::build_nopr,
     },
     ProtocolInfo {
         name: "idem-noaqm",
         description: "IDEM with tail drop only, no active queue management (the paper's ablation)",
-        leader_based: false,
+        client: crate::idem::policy::client,
         order: Order::Total,
         build: crate::idem::build_noaqm,
     },
     ProtocolInfo {
         name: "paxos-lbr",
         description: "MultiPaxos with leader-based rejection (IDEM's baseline): the leader runs the acceptance test; options reject_threshold, admission",
-        leader_based: true,
+        client: leader_policy,
         order: Order::Total,
         build: crate::layers::lbr::build,
     },

@@ -41,6 +41,8 @@ pub struct Net {
     pub drop: DropFilter,
     setup: Vec<Setup>,
     build: Build,
+    /// The order the replicas' state machines follow (see [`Net::use_order`]).
+    order: synod_core::session::Order,
 }
 
 impl Net {
@@ -60,6 +62,7 @@ impl Net {
             drop: Box::new(|_, _, _| false),
             setup,
             build,
+            order: synod_core::session::Order::Total,
         };
         for i in 0..n as usize {
             let p = build(&net.setup[i]).expect("valid setup");
@@ -77,6 +80,15 @@ impl Net {
             net.recover(i as NodeId + 1);
         }
         net
+    }
+
+    /// Give every replica a state machine for `order` (a protocol's `ProtocolInfo::order`);
+    /// call before any command is applied. Restarts keep it.
+    pub fn use_order(&mut self, order: synod_core::session::Order) {
+        self.order = order;
+        for n in &mut self.nodes {
+            n.sm = StateMachine::for_order(order);
+        }
     }
 
     pub fn idx(id: NodeId) -> usize {
@@ -239,7 +251,7 @@ impl Net {
 
     pub fn request(&mut self, at: NodeId, client: u64, seq: u64, op: Op) {
         let cmd = Command { client, seq, acked_below: seq, now_ms: 0, op };
-        self.event(at, Event::Request { client: ClientRef { node: at, conn: client }, cmd });
+        self.event(at, Event::Request { client: ClientRef { node: at, conn: client }, cmd, meta: Default::default() });
         self.deliver_all();
     }
 
@@ -257,7 +269,7 @@ impl Net {
     pub fn restart(&mut self, id: NodeId) {
         let i = Self::idx(id);
         self.nodes[i].p = (self.build)(&self.setup[i]).expect("valid setup");
-        self.nodes[i].sm = StateMachine::new();
+        self.nodes[i].sm = StateMachine::for_order(self.order);
         self.nodes[i].applied.clear();
         self.nodes[i].up = true;
         self.recover(id);
@@ -276,7 +288,7 @@ impl Net {
         let p = (self.build)(&self.setup[Self::idx(id)]).expect("valid setup");
         self.nodes.push(Node {
             p,
-            sm: StateMachine::new(),
+            sm: StateMachine::for_order(self.order),
             durable: Vec::new(),
             timers: BTreeMap::new(),
             rng: rng_from_seed(id as u64),

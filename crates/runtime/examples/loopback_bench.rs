@@ -105,7 +105,7 @@ async fn main() {
                     op: Op::Put { key, value: Bytes::from(vec![b'v'; 100]) },
                 };
                 let t = Instant::now();
-                match call(&mut s, &mut buf, &ClientMsg::Request(cmd)).await {
+                match call(&mut s, &mut buf, &ClientMsg::Request { cmd, meta: Default::default() }).await {
                     ServerMsg::Reply(r) if matches!(r.body, ReplyBody::Done(_)) => lat.push(t.elapsed()),
                     other => panic!("unexpected {other:?}"),
                 }

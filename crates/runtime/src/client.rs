@@ -40,6 +40,7 @@ pub enum ClientInput {
     Request {
         conn: u64,
         cmd: Command,
+        meta: synod_core::RequestMeta,
     },
     Closed {
         conn: u64,
@@ -115,7 +116,7 @@ async fn serve_client(mut stream: TcpStream, conn: u64, shared: &ClientShared) -
         let mut buf = BytesMut::with_capacity(16 * 1024);
         while let Some(frame) = read_frame(&mut rd, &mut buf, shared.limits.max_frame_bytes).await? {
             match wire::decode_payload::<ClientMsg>(&frame)? {
-                ClientMsg::Request(cmd) => {
+                ClientMsg::Request { cmd, meta } => {
                     shared.metrics.client_requests.increment(1);
                     if let Err(e) = cmd.op.validate(&shared.limits) {
                         shared.metrics.client_invalid.increment(1);
@@ -126,7 +127,7 @@ async fn serve_client(mut stream: TcpStream, conn: u64, shared: &ClientShared) -
                         }
                         continue;
                     }
-                    if shared.inbox.send(ClientInput::Request { conn, cmd }).await.is_err() {
+                    if shared.inbox.send(ClientInput::Request { conn, cmd, meta }).await.is_err() {
                         break;
                     }
                 }

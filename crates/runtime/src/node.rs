@@ -278,11 +278,11 @@ impl Driver {
             ClientInput::Reconfigure { conn, id, change } => {
                 events.push(Event::Reconfigure { client: ClientRef { node: self.id, conn }, id, change })
             }
-            ClientInput::Request { conn, mut cmd } => {
+            ClientInput::Request { conn, mut cmd, meta } => {
                 // Stamp this replica's wall clock (see `Command::now_ms`): expiry decisions
                 // then travel through the log and every replica decides them the same way.
                 cmd.now_ms = self.clock.now().as_nanos() / 1_000_000;
-                events.push(Event::Request { client: ClientRef { node: self.id, conn }, cmd })
+                events.push(Event::Request { client: ClientRef { node: self.id, conn }, cmd, meta })
             }
         }
     }
@@ -626,7 +626,7 @@ mod tests {
         }
         fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
             match event {
-                Event::Request { client, cmd } => {
+                Event::Request { client, cmd, .. } => {
                     ctx.push(Action::Send { to: 2, msg: Bytes::from_static(b"before") });
                     ctx.persist(7, vec![Bytes::from_static(b"r1"), Bytes::from_static(b"r2")]);
                     ctx.push(Action::Send { to: 2, msg: Bytes::from_static(b"after") });
@@ -680,7 +680,11 @@ mod tests {
             now_ms: 0,
             op: Op::Put { key: Bytes::from_static(b"k"), value: Bytes::from_static(b"v") },
         };
-        let req = |cmd: &Command| Event::Request { client: ClientRef { node: 1, conn: 5 }, cmd: cmd.clone() };
+        let req = |cmd: &Command| Event::Request {
+            client: ClientRef { node: 1, conn: 5 },
+            cmd: cmd.clone(),
+            meta: Default::default(),
+        };
         // Two requests in one turn: two appends, ONE commit.
         d.turn([req(&cmd), req(&Command { seq: 2, ..cmd.clone() })].into_iter(), 0).await.unwrap();
         drain(&journal, &peer_rx, &client_rx);

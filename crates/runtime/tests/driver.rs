@@ -42,7 +42,7 @@ impl Protocol for Solo {
 
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
         match event {
-            Event::Request { client, cmd } => {
+            Event::Request { client, cmd, .. } => {
                 self.next_token += 1;
                 ctx.persist(self.next_token, vec![encode(&cmd)]);
                 self.waiting.insert(self.next_token, (cmd, client));

@@ -303,7 +303,7 @@ impl Protocol for ClockProbe {
                 self.ticks += 1;
                 ctx.set_timer(1, Duration::from_millis(5));
             }
-            Event::Request { client, cmd } => {
+            Event::Request { client, cmd, .. } => {
                 self.cmd_now_ms = cmd.now_ms;
                 self.applied += 1;
                 ctx.push(Action::Apply { pos: Pos::slot(self.applied, 0), cmd, reply: Some(client) });

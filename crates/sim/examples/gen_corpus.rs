@@ -18,7 +18,7 @@ struct LocalApply {
 impl Protocol for LocalApply {
     fn recover(&mut self, _ctx: &mut Ctx<'_>, _records: Vec<bytes::Bytes>) {}
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
-        if let Event::Request { client, cmd } = event {
+        if let Event::Request { client, cmd, .. } = event {
             self.next += 1;
             ctx.apply(Pos { space: self.id, index: self.next, sub: 0 }, cmd, Some(client));
         }
@@ -44,7 +44,7 @@ fn local(s: &Setup) -> Result<Box<dyn Protocol>, String> {
 static LOCAL_APPLY: ProtocolInfo = ProtocolInfo {
     name: "local-apply",
     description: "no agreement",
-    leader_based: false,
+    client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
     build: local,
 };

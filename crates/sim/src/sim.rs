@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 use std::time::Duration;
 use synod_core::session::StateMachine;
+use synod_core::RequestMeta;
 use synod_core::{
     Action, ClientRef, Command, Ctx, Event, MemberChange, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply,
     ReplyBody, Rng, Role, Status, Time, TimerId,
@@ -365,6 +366,7 @@ enum Ev {
         node: usize,
         client: usize,
         cmd: Command,
+        meta: RequestMeta,
     },
     /// A reply arriving at a client.
     Response {
@@ -881,7 +883,7 @@ impl<'a> Sim<'a> {
                     self.on_replica_event(node, Event::SnapshotTaken { token, data });
                 }
             }
-            Ev::Request { node, client, mut cmd } => {
+            Ev::Request { node, client, mut cmd, meta } => {
                 if self.replicas[node].proto.is_none() {
                     return;
                 }
@@ -891,7 +893,7 @@ impl<'a> Sim<'a> {
                 self.log(&format!("n{id}"), || format!("<- c{client} request seq={} {:?}", cmd.seq, cmd.op));
                 self.on_replica_event(
                     node,
-                    Event::Request { client: ClientRef { node: id, conn: client as u64 }, cmd },
+                    Event::Request { client: ClientRef { node: id, conn: client as u64 }, cmd, meta },
                 );
             }
             Ev::Response { client, reply } => self.client_response(client, reply),
@@ -1450,8 +1452,7 @@ impl<'a> Sim<'a> {
         // One operation outstanding per session: every earlier request has its answer (or
         // was abandoned), so the state machine may forget all results below `seq`.
         let cmd = Command { client: c.session, seq, acked_below: seq, now_ms: 0, op };
-        let target =
-            if self.cfg.protocol.leader_based { c.leader_guess } else { c.rng.gen_range(0..self.replicas.len()) };
+        let target = c.leader_guess;
         let hist = self.history.len();
         self.history.push(Operation { client: c.session, op: kv, call: self.now, ret: None, output: None });
         c.pending = Some(Pending { seq, cmd, hist, attempt: 0, timeouts: 0, target });
@@ -1467,7 +1468,10 @@ impl<'a> Sim<'a> {
         let (seq, attempt, target, cmd) = (p.seq, p.attempt, p.target, p.cmd.clone());
         if !self.net.client_cut.contains(&target) {
             for at in self.net.transmit(n + ci, target, self.now) {
-                self.schedule(at, Ev::Request { node: target, client: ci, cmd: cmd.clone() });
+                self.schedule(
+                    at,
+                    Ev::Request { node: target, client: ci, cmd: cmd.clone(), meta: RequestMeta::default() },
+                );
             }
         }
         self.schedule(self.now + self.client_timeout, Ev::ClientTimeout { client: ci, seq, attempt });

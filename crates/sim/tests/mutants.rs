@@ -26,7 +26,7 @@ impl Protocol for LocalApply {
     fn recover(&mut self, _ctx: &mut Ctx<'_>, _records: Vec<bytes::Bytes>) {}
 
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
-        if let Event::Request { client, cmd } = event {
+        if let Event::Request { client, cmd, .. } = event {
             if self.black_hole {
                 return;
             }
@@ -63,21 +63,21 @@ fn black_hole(s: &Setup) -> Result<Box<dyn Protocol>, String> {
 static LOCAL_APPLY: ProtocolInfo = ProtocolInfo {
     name: "local-apply",
     description: "no agreement",
-    leader_based: false,
+    client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
     build: local,
 };
 static SHARED_SLOTS: ProtocolInfo = ProtocolInfo {
     name: "local-apply-shared",
     description: "no agreement",
-    leader_based: false,
+    client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
     build: shared,
 };
 static BLACK_HOLE: ProtocolInfo = ProtocolInfo {
     name: "black-hole",
     description: "never answers",
-    leader_based: false,
+    client: synod_core::client_policy::home_policy,
     order: synod_core::session::Order::Total,
     build: black_hole,
 };

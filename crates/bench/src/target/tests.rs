@@ -57,7 +57,7 @@ async fn serve_synod(mut stream: TcpStream, log: Log, store: Arc<Mutex<std::coll
                 execute_index: 0,
                 extra: Default::default(),
             }),
-            ClientMsg::Request(cmd) => {
+            ClientMsg::Request { cmd, .. } => {
                 let mut s = store.lock().unwrap();
                 let body = match &cmd.op {
                     Op::Put { key, .. } if key.as_ref() == b"refuse" => ReplyBody::Invalid { reason: "too big".into() },

@@ -588,7 +588,7 @@ impl Protocol for Epaxos {
                 let Ok(msg) = decode::<Msg>(&msg) else { return };
                 self.on_message(ctx, from, msg);
             }
-            Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Persisted { token } => self.on_persisted(token),

@@ -22,7 +22,7 @@ fn total(net: &Net, key: &str) -> u64 {
 /// replicas are concurrent).
 fn submit(net: &mut Net, at: NodeId, client: u64, seq: u64, op: Op) {
     let cmd = Command { client, seq, acked_below: seq, now_ms: 0, op };
-    net.event(at, Event::Request { client: ClientRef { node: at, conn: client }, cmd });
+    net.event(at, Event::Request { client: ClientRef { node: at, conn: client }, cmd, meta: Default::default() });
 }
 
 /// The positions at which `key` was written, in the order node `id` applied them.

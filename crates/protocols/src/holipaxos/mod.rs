@@ -79,10 +79,11 @@
 //!    "quorum trim" comparison, Raft-style periodic snapshots, or nothing. → `compaction`,
 //!    `on_message` (`ControlAck`), `snapshot_source`; the core's `trim_log`,
 //!    `request_snapshot`, `install_snapshot`.
-//!    Durability: the paper's system is in-memory. Here the WAL keeps every record unless
-//!    `compact_every = N` (entries) is set, which compacts the durable image (snapshot +
-//!    log suffix) every N executed entries; a restarted node replays its records and
-//!    never needs a peer for that.
+//!    Durability: the paper's system is in-memory. Here the durable image (snapshot + log
+//!    suffix) is compacted every `compact_every` executed entries — by default the cluster's
+//!    `snapshot_every`, so the WAL stays bounded like every other protocol's (`0` = never:
+//!    the WAL keeps every record); a restarted node replays its records and never needs a
+//!    peer for that. (Found by the shared registry tests: the WAL grew without bound.)
 //! 5. **Single control message (§3.4).** `HoliMsg::Control { ballot, le, gle }` replaces the
 //!    heartbeat: ballot (failure detector), the leader's LE as a batch commit marker, GLE.
 //!    A follower marks committed, in slot order, every slot up to LE that it accepted *in
@@ -152,7 +153,8 @@ pub const OPTIONS: &[&str] = &[
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HoliConfig {
     pub trim: TrimMode,
-    /// Compact the durable image every this many executed entries (0 = never).
+    /// Compact the durable image every this many executed entries (0 = never; the option's
+    /// default is the cluster's `snapshot_every`).
     pub compact_every: u64,
     pub churn: ChurnConfig,
     pub slowdown: SlowdownConfig,
@@ -218,7 +220,7 @@ impl HoliConfig {
         if !(slowdown.threshold.is_finite() && slowdown.omega.is_finite() && slowdown.tp_gain.is_finite()) {
             return Err("slowdown_threshold, slowdown_omega and slowdown_tp_gain must be finite numbers".into());
         }
-        Ok(HoliConfig { trim, compact_every: number(p, "compact_every", d.compact_every)?, churn, slowdown })
+        Ok(HoliConfig { trim, compact_every: number(p, "compact_every", p.snapshot_every)?, churn, slowdown })
     }
 }
 

@@ -27,11 +27,18 @@ enum Origin {
 }
 
 impl Idem {
-    /// A request from a client connected here: relay it to the peers (a client that
-    /// multicasts makes this redundant; duplicates are recognised by request id), then decide.
-    pub(super) fn on_client_request(&mut self, core: &MultiPaxos, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
+    /// A request from a client connected here: relay it to the peers unless the client sent it
+    /// to all of them (duplicates are recognised by request id), then decide.
+    pub(super) fn on_client_request(
+        &mut self,
+        core: &MultiPaxos,
+        ctx: &mut Ctx<'_>,
+        client: ClientRef,
+        cmd: Command,
+        multicast: bool,
+    ) {
         let id = (cmd.client, cmd.seq);
-        if self.cfg.relay && !self.held.contains_key(&id) {
+        if self.cfg.relay && !multicast && !self.held.contains_key(&id) {
             broadcast(ctx, &IdemMsg::Relay { cmd: cmd.clone() });
         }
         self.arrive(core, ctx, Origin::Client(client), cmd);

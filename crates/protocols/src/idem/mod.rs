@@ -32,10 +32,11 @@
 //!    The durable image is compacted every `compact_every` executed slots.
 //!
 //! Decisions the paper leaves open, made here:
-//! * clients send every request to all replicas (`idem::policy::IdemPolicy`). A replica that
-//!   receives a request from a client relays it to its peers (option `relay`, on by default)
-//!   so that clients sending to one replica only (the native client before multicast, the
-//!   simulator) still get IDEM's behaviour: every replica runs its own test;
+//! * clients send every request to all replicas (`idem::policy::IdemPolicy`, which marks the
+//!   request's `RequestMeta::ext` as multicast). A replica that receives an unmarked request
+//!   from a client relays it to its peers (option `relay`, on by default), so that clients
+//!   that send to one replica only (other client policies, hosts not yet running the
+//!   protocol's policy) still get IDEM's behaviour: every replica runs its own test;
 //! * a forward of a request this replica rejected is still accepted (someone else accepted
 //!   it, so the client's outcome cannot be a definitive failure);
 //! * an accepted request whose client already had a *newer* request executed is released
@@ -62,7 +63,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::str::FromStr;
 use std::time::Duration;
 use synod_core::protocol::decode;
-use synod_core::{ClientRef, Command, Ctx, NodeId, Protocol, ProtocolParams, Time, TimerId};
+use synod_core::{ClientRef, Command, Ctx, NodeId, Protocol, ProtocolParams, RequestMeta, Time, TimerId};
 
 /// The layer's periodic tick (forwarding, REQUIRE re-sends, garbage collection).
 const TIMER_TICK: TimerId = 10;
@@ -284,9 +285,11 @@ impl MultiPaxosLayer for Idem {
         ctx: &mut Ctx<'_>,
         client: ClientRef,
         cmd: Command,
+        meta: &RequestMeta,
     ) -> Option<(ClientRef, Command)> {
         self.arm_tick(ctx);
-        self.on_client_request(core, ctx, client, cmd);
+        let multicast = meta.ext.as_ref() == policy::MULTICAST;
+        self.on_client_request(core, ctx, client, cmd, multicast);
         None
     }
 

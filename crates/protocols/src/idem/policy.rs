@@ -15,8 +15,26 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
-use synod_core::client_policy::RetryTimes;
+use synod_core::client_policy::{ClientConfig, RetryTimes};
 use synod_core::{ClientCtx, ClientPolicy, Command, NodeId, Outcome, Reply, ReplyBody, RequestMeta};
+
+/// `RequestMeta::ext` of a request the client sent to every replica: replicas need not relay it.
+pub const MULTICAST: &[u8] = b"idem:all";
+
+/// The registry's constructor: options `ambivalence = optimistic | pessimistic` and
+/// `optimistic_wait_ms` (default 5).
+pub fn client(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
+    let wait = cfg.options.get("optimistic_wait_ms").and_then(|v| v.trim().parse().ok()).unwrap_or(5);
+    let mode = match cfg.options.get("ambivalence").map(|s| s.trim()) {
+        Some("pessimistic") => Ambivalence::Pessimistic,
+        _ => Ambivalence::Optimistic(Duration::from_millis(wait)),
+    };
+    Box::new(IdemPolicy::new(mode, cfg.retry.clone()))
+}
+
+fn meta() -> RequestMeta {
+    RequestMeta { ext: bytes::Bytes::from_static(MULTICAST), ..RequestMeta::default() }
+}
 
 const ATTEMPT_TIMER: u64 = 1;
 const WAIT_TIMER: u64 = 2;
@@ -83,7 +101,7 @@ impl ClientPolicy for IdemPolicy {
             self.finish(cx, Outcome::Unknown("no replicas known".into()));
             return;
         }
-        cx.send_all(RequestMeta::default());
+        cx.send_all(meta());
         cx.set_timer(ATTEMPT_TIMER, self.times.attempt_timeout);
     }
 
@@ -126,7 +144,7 @@ impl ClientPolicy for IdemPolicy {
         match id {
             WAIT_TIMER => self.rejected(cx, false),
             ATTEMPT_TIMER => {
-                cx.send_all(RequestMeta::default());
+                cx.send_all(meta());
                 cx.set_timer(ATTEMPT_TIMER, self.times.attempt_timeout);
             }
             _ => {}

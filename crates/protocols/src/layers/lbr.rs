@@ -14,7 +14,7 @@ use crate::layers::MultiPaxosLayer;
 use crate::multipaxos::{MultiPaxos, Variant};
 use crate::registry::Setup;
 use std::collections::BTreeMap;
-use synod_core::{ClientRef, Command, Ctx, Protocol, ReplyBody, Role};
+use synod_core::{ClientRef, Command, Ctx, Protocol, ReplyBody, RequestMeta, Role};
 
 /// Registry constructor for `paxos-lbr`.
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
@@ -45,6 +45,7 @@ impl MultiPaxosLayer for LeaderRejection {
         ctx: &mut Ctx<'_>,
         client: ClientRef,
         cmd: Command,
+        _meta: &RequestMeta,
     ) -> Option<(ClientRef, Command)> {
         if core.role() != Role::Leader {
             return Some((client, cmd));

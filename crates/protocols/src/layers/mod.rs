@@ -52,7 +52,7 @@ pub mod mutants;
 use crate::multipaxos::MultiPaxos;
 use bytes::Bytes;
 use std::collections::BTreeMap;
-use synod_core::{Ballot, ClientRef, Command, Ctx, NodeId, Time, TimerId};
+use synod_core::{Ballot, ClientRef, Command, Ctx, NodeId, RequestMeta, Time, TimerId};
 
 /// What the core does when its election timer expires (and it may campaign).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +158,7 @@ pub trait MultiPaxosLayer: Send {
         _ctx: &mut Ctx<'_>,
         client: ClientRef,
         cmd: Command,
+        _meta: &RequestMeta,
     ) -> Option<(ClientRef, Command)> {
         Some((client, cmd))
     }

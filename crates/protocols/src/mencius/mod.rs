@@ -33,6 +33,13 @@
 //!   even from a server that is heard from (its proposals may be lost one way);
 //! - the revoker of a suspect is the first member after it in ring order that is not itself
 //!   suspected, so revocations rarely duel (and Paxos keeps duels safe).
+//! - once a revocation of a suspected owner finished, the revoker takes over the owner's next
+//!   window as soon as the execution point reaches it, for as long as it suspects the owner
+//!   ("live replicas commit no-ops periodically until the failed replica recovers"), so an
+//!   outage costs throughput only at its start;
+//! - catch-up: heartbeats carry the execution point; a peer answers with a chunk of decided
+//!   slots, and a replica that received a full chunk that moved it asks again at once, so a
+//!   replica back from a long outage catches up at the round-trip rate.
 //!
 //! Snapshots: every `snapshot_every` executed slots the replica takes a snapshot and compacts
 //! its durable records in the background to the snapshot plus the records of the slots after
@@ -444,7 +451,15 @@ impl Mencius {
         records.push(Record::Chosen { slot, value });
     }
 
-    fn on_commit(&mut self, ctx: &mut Ctx<'_>, entries: Vec<(u64, Value)>) {
+    /// Decisions from a peer: a broadcast after its phase 2, or a catch-up chunk answering
+    /// our heartbeat. A full chunk that moved our execution point means the peer may know
+    /// more: ask again at once (catch-up pipelined at the round-trip rate, not one chunk
+    /// per heartbeat — a replica back from a long outage otherwise lags for minutes, and
+    /// revocation windows reach it one by one). A chunk that moved nothing asks nothing, so
+    /// the exchange always ends.
+    fn on_commit(&mut self, ctx: &mut Ctx<'_>, from: NodeId, entries: Vec<(u64, Value)>) {
+        let before = self.log.exec_next();
+        let full_chunk = entries.len() >= self.params.catchup_chunk.max(1);
         let mut records = Vec::new();
         let mut highest = 0;
         for (slot, value) in entries {
@@ -455,8 +470,15 @@ impl Mencius {
         }
         self.persist(ctx, &records);
         self.execute(ctx);
+        if full_chunk && self.log.exec_next() > before {
+            ctx.send(from, &self.heartbeat());
+        }
         self.skip_below(ctx, highest);
         self.propose_own(ctx);
+    }
+
+    fn heartbeat(&self) -> Msg {
+        Msg::Heartbeat { exec_next: self.log.exec_next(), max_seen: self.max_seen, next_own: self.next_own }
     }
 
     fn on_nack(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, slot: u64, promised: Ballot) {
@@ -647,6 +669,12 @@ impl Mencius {
         }
         if self.stuck.0 != self.log.exec_next() {
             self.stuck = (self.log.exec_next(), ctx.now);
+            // Rule 3, continued: the execution point moved on to the slots of an owner we
+            // revoked a moment ago and still suspect: take over its next window now rather
+            // than a heartbeat later, so a long outage costs throughput only once.
+            if self.revocation.is_none() {
+                self.unblock(ctx);
+            }
         }
         self.maybe_snapshot(ctx);
     }
@@ -745,8 +773,7 @@ impl Mencius {
 
     fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
         ctx.set_timer(TIMER_TICK, self.params.heartbeat());
-        let hb = Msg::Heartbeat { exec_next: self.log.exec_next(), max_seen: self.max_seen, next_own: self.next_own };
-        ctx.broadcast(&hb);
+        ctx.broadcast(&self.heartbeat());
         // Retransmit phase 2s that have waited two heartbeats, grouped by ballot.
         let resend_after = self.params.heartbeat() * 2;
         let mut by_ballot: BTreeMap<Ballot, Vec<(u64, Value)>> = BTreeMap::new();
@@ -918,7 +945,7 @@ impl Protocol for Mencius {
                     Msg::Accept { ballot, entries } => self.on_accept(ctx, from, ballot, entries),
                     Msg::Accepted { ballot, slots } => self.on_accepted(ctx, from, ballot, slots),
                     Msg::Nack { ballot, slot, promised } => self.on_nack(ctx, from, ballot, slot, promised),
-                    Msg::Commit { entries } => self.on_commit(ctx, entries),
+                    Msg::Commit { entries } => self.on_commit(ctx, from, entries),
                     Msg::Prepare { ballot, owner, from: lo, to } => self.on_prepare(ctx, from, ballot, owner, lo, to),
                     Msg::Promise { ballot, reported, .. } => self.on_promise(ctx, from, ballot, reported),
                     Msg::Heartbeat { exec_next, max_seen, next_own } => {
@@ -927,7 +954,7 @@ impl Protocol for Mencius {
                     Msg::Snapshot { upto, data } => self.on_snapshot(ctx, upto, data),
                 }
             }
-            Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Timer(_) | Event::Persisted { .. } => {}

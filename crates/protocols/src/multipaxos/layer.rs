@@ -6,6 +6,7 @@
 //! value ([`LayerOp`], `LayerMsg`) and runs after the layer is back in place.
 
 use super::*;
+use synod_core::RequestMeta;
 
 impl MultiPaxos {
     /// Call a hook that needs both the layer (mutably) and a view of the core: the layer is
@@ -19,8 +20,8 @@ impl MultiPaxos {
     }
 
     /// A client request: the layer's admission control first (`MultiPaxosLayer::admit`).
-    pub(super) fn on_client_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
-        if let Some((client, cmd)) = self.call_layer(|l, core| l.admit(core, ctx, client, cmd)) {
+    pub(super) fn on_client_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command, meta: RequestMeta) {
+        if let Some((client, cmd)) = self.call_layer(|l, core| l.admit(core, ctx, client, cmd, &meta)) {
             self.on_request(ctx, client, cmd);
         }
     }

@@ -386,7 +386,7 @@ impl Protocol for MultiPaxos {
         if self.broken.is_some() {
             let reason = "replica is passive: its durable state is unreadable".to_string();
             match event {
-                Event::Request { client, cmd } => ctx.answer(client, &cmd, ReplyBody::Rejected { reason }),
+                Event::Request { client, cmd, .. } => ctx.answer(client, &cmd, ReplyBody::Rejected { reason }),
                 Event::Reconfigure { client, id, .. } => {
                     ctx.reply(client, Reply { client: 0, seq: id, from: self.id, body: ReplyBody::Rejected { reason } })
                 }
@@ -426,7 +426,7 @@ impl Protocol for MultiPaxos {
                     Msg::Layer(msg) => self.on_layer_msg(ctx, from, msg),
                 }
             }
-            Event::Request { client, cmd } => self.on_client_request(ctx, client, cmd),
+            Event::Request { client, cmd, meta } => self.on_client_request(ctx, client, cmd, meta),
             Event::Reconfigure { client, id, change } => self.on_reconfigure(ctx, client, id, change),
             Event::Timer(TIMER_ELECTION) => self.on_election_timer(ctx),
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),

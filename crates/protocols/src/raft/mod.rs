@@ -879,7 +879,7 @@ impl Protocol for Raft {
 
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
         if self.broken.is_some() {
-            if let Event::Request { client, cmd } = event {
+            if let Event::Request { client, cmd, .. } = event {
                 let reason = "replica is passive: its durable state is unreadable".to_string();
                 ctx.answer(client, &cmd, ReplyBody::Rejected { reason });
             }
@@ -910,7 +910,7 @@ impl Protocol for Raft {
                     }
                 }
             }
-            Event::Request { client, cmd } => self.on_request(ctx, client, cmd),
+            Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
             Event::Reconfigure { client, id, .. } => {
                 let reason = "membership change not supported by raft".to_string();
                 let reply =

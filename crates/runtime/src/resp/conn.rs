@@ -414,7 +414,7 @@ impl Conn<'_> {
         let cmd = p.cmd.clone();
         match self.target(hint) {
             None => {
-                let input = ClientInput::Request { conn: self.st.id, cmd };
+                let input = ClientInput::Request { conn: self.st.id, cmd, meta: Default::default() };
                 if self.shared.inbox.send(input).await.is_err() {
                     self.retry_later(seq, "replica shutting down".into());
                 }

@@ -133,7 +133,7 @@ async fn serve(
                     if waiters.is_empty() {
                         last_heard = Instant::now();
                     }
-                    wbuf.extend_from_slice(&wire::frame(&ClientMsg::Request(req.cmd.clone())));
+                    wbuf.extend_from_slice(&wire::frame(&ClientMsg::Request { cmd: req.cmd.clone(), meta: Default::default() }));
                     waiters.insert((req.cmd.client, req.cmd.seq), req.back);
                     next = if wbuf.len() < 1 << 20 { rx.try_recv().ok() } else { None };
                 }

@@ -127,7 +127,7 @@ impl RawClient {
     }
 
     pub async fn request(&mut self, cmd: Command, timeout: Duration) -> Option<Reply> {
-        self.send(&ClientMsg::Request(cmd)).await.ok()?;
+        self.send(&ClientMsg::Request { cmd, meta: Default::default() }).await.ok()?;
         match self.recv(timeout).await? {
             ServerMsg::Reply(r) => Some(r),
             ServerMsg::Status(s) => panic!("status instead of a reply: {s:?}"),
