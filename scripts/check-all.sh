@@ -18,7 +18,10 @@ done
 # Non-default protocol options that change what is replicated or trimmed, and a tiny
 # catch-up chunk so that the simulated histories (tens of slots) reach the paths taken by a
 # far-behind replica (catch-up in chunks, Behind instead of a promise).
-for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2"; do
+# idem-nopr with RT=2 moves the implicit-GC window (n x RT slots) close behind the log head,
+# so lagging replicas take the snapshot path; paxos-lbr with RT=2 rejects at its leader.
+for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" \
+  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2"; do
   set -- $opts
   p=$1; shift
   params=(); for kv in "$@"; do params+=(--param "$kv"); done
