@@ -27,8 +27,12 @@ done
 # catch-up chunk so that the simulated histories (tens of slots) reach the paths taken by a
 # far-behind replica (catch-up in chunks, Behind instead of a promise).
 # crossword config=rotate: every (c, q) of the boundary mixed in one schedule (the default
-# chooser picks the full copy for the simulator's small values).
-for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" "mencius catchup_chunk=2" "epaxos reply=commit" "crossword config=rotate" "crossword config=1"; do
+# chooser picks the full copy for the simulator's small values). idem-nopr with RT=2 moves
+# the implicit-GC window (n x RT slots) close behind the log head, so lagging replicas take
+# the snapshot path; paxos-lbr with RT=2 rejects at its leader.
+for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" \
+  "mencius catchup_chunk=2" "epaxos reply=commit" "crossword config=rotate" "crossword config=1" \
+  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2"; do
   set -- $opts
   p=$1; shift
   params=(); for kv in "$@"; do params+=(--param "$kv"); done

@@ -5,8 +5,10 @@
 //! here and call its constructor.
 
 pub mod crossword;
+pub mod admission;
 pub mod epaxos;
 pub mod holipaxos;
+pub mod idem;
 pub mod layers;
 pub mod mencius;
 pub mod multipaxos;

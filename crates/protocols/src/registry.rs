@@ -106,6 +106,38 @@ static REGISTRY: &[ProtocolInfo] = &[
         tolerates: crate::rspaxos::tolerates,
         build: crate::rspaxos::build,
     },
+    ProtocolInfo {
+        name: "idem",
+        description: "IDEM: every replica runs an acceptance test (reject threshold, active queue management) and rejects early; the leader orders requests f+1 replicas accepted; forwarding, rejected cache, fetch, implicit GC (options reject_threshold, admission, forward_ms, relay)",
+        client: crate::idem::policy::client,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::idem::build,
+    },
+    ProtocolInfo {
+        name: "idem-nopr",
+        description: "IDEM without proactive rejection (the paper's IDEM_noPR ablation)",
+        client: crate::idem::policy::client,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::idem::build_nopr,
+    },
+    ProtocolInfo {
+        name: "idem-noaqm",
+        description: "IDEM with tail drop only, no active queue management (the paper's ablation)",
+        client: crate::idem::policy::client,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::idem::build_noaqm,
+    },
+    ProtocolInfo {
+        name: "paxos-lbr",
+        description: "MultiPaxos with leader-based rejection (IDEM's baseline): the leader runs the acceptance test; options reject_threshold, admission",
+        client: leader_policy,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::layers::lbr::build,
+    },
 ];
 
 /// Failures tolerated by protocols whose quorums are majorities: ⌊(n − 1)/2⌋.

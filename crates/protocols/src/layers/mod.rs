@@ -23,6 +23,10 @@
 //! other id belongs to the layer and is handed to [`MultiPaxosLayer::on_timer`].
 //!
 //! Hooks, in the order of the paper's phases:
+//! * request arrival — [`admit`](MultiPaxosLayer::admit) (admission control: IDEM's
+//!   acceptance test, Paxos-LBR's rejection at the leader),
+//!   [`take_ready`](MultiPaxosLayer::take_ready) (commands the layer wants proposed),
+//!   [`on_command_executed`](MultiPaxosLayer::on_command_executed);
 //! * election — [`campaign`](MultiPaxosLayer::campaign) (campaign or probe when the election
 //!   timer expires), [`on_campaign`](MultiPaxosLayer::on_campaign),
 //!   [`on_probe`](MultiPaxosLayer::on_probe), [`screen_prepare`](MultiPaxosLayer::screen_prepare)
@@ -42,13 +46,14 @@
 //!   [`describe_value`](MultiPaxosLayer::describe_value).
 
 pub mod codec;
+pub mod lbr;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 
 use crate::multipaxos::MultiPaxos;
 use bytes::Bytes;
 use std::collections::BTreeMap;
-use synod_core::{Ballot, Ctx, NodeId, Time, TimerId};
+use synod_core::{Ballot, ClientRef, Command, Ctx, NodeId, RequestMeta, Time, TimerId};
 
 /// What the core does when its election timer expires (and it may campaign).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +96,9 @@ pub enum LayerOp {
     Propose(Bytes),
     /// Start an election now.
     StartElection,
+    /// Raise the trim bound to this slot and trim what may be trimmed now
+    /// (`TrimPolicy::Bound`).
+    Trim(u64),
 }
 
 /// How the core trims its log and compacts its durable image.
@@ -139,6 +147,36 @@ pub trait MultiPaxosLayer: Send {
         Compaction { trim: TrimPolicy::Snapshot, compact_every: 0 }
     }
 
+    // ----- 0. request arrival (admission control) ------------------------------------------
+
+    /// A client request arrived at this replica. `Some` hands it (back) to the core, which
+    /// proposes it (leader), holds it (candidate) or redirects the client (follower); `None`:
+    /// the layer took it (rejected it with `ctx.answer`, or holds it to propose later through
+    /// [`take_ready`](MultiPaxosLayer::take_ready)). Default: the core handles every request.
+    fn admit(
+        &mut self,
+        _core: &MultiPaxos,
+        _ctx: &mut Ctx<'_>,
+        client: ClientRef,
+        cmd: Command,
+        _meta: &RequestMeta,
+    ) -> Option<(ClientRef, Command)> {
+        Some((client, cmd))
+    }
+
+    /// Client commands the layer wants proposed now. The core asks after every event while
+    /// it leads and proposes them like client requests (nobody waits for them at the core:
+    /// the layer answers through [`on_command_executed`](MultiPaxosLayer::on_command_executed)).
+    fn take_ready(&mut self) -> Vec<Command> {
+        Vec::new()
+    }
+
+    /// A client command was executed here (every replica, in log order). `Some(client)`: a
+    /// client connected to this replica to answer with the result, if the core has none.
+    fn on_command_executed(&mut self, _now: Time, _cmd: &Command) -> Option<ClientRef> {
+        None
+    }
+
     // ----- 1. election (phase 1) ---------------------------------------------------------
 
     /// The election timer of a member expired and it is not leading: campaign or probe.
@@ -180,6 +218,14 @@ pub trait MultiPaxosLayer: Send {
     /// of* the core's heartbeat (its receivers' layers answer it with [`LayerMsg::Beat`]).
     fn heartbeat(&mut self, _core: &MultiPaxos) -> Option<Bytes> {
         None
+    }
+
+    /// Tell the followers about newly committed slots at once (a heartbeat right after each
+    /// commit) instead of on the next Accept or heartbeat: IDEM's COMMIT reaches every replica
+    /// within a round trip (§4.3), and its replicas answer clients and stop forwarding only
+    /// once they executed a request.
+    fn commit_promptly(&self) -> bool {
+        false
     }
 
     /// Multiplier on the heartbeat interval.

@@ -6,6 +6,7 @@
 //! value ([`LayerOp`], `LayerMsg`) and runs after the layer is back in place.
 
 use super::*;
+use synod_core::RequestMeta;
 
 impl MultiPaxos {
     /// Call a hook that needs both the layer (mutably) and a view of the core: the layer is
@@ -18,6 +19,28 @@ impl MultiPaxos {
         r
     }
 
+    /// A client request: the layer's admission control first (`MultiPaxosLayer::admit`).
+    pub(super) fn on_client_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command, meta: RequestMeta) {
+        if let Some((client, cmd)) = self.call_layer(|l, core| l.admit(core, ctx, client, cmd, &meta)) {
+            self.on_request(ctx, client, cmd);
+        }
+    }
+
+    /// Propose what the layer has ready (leader only; the layer answers its clients).
+    pub(super) fn propose_layer_ready(&mut self, ctx: &mut Ctx<'_>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let ready = self.layer.take_ready();
+        if ready.is_empty() {
+            return;
+        }
+        for cmd in ready {
+            self.queue.push(None, cmd);
+        }
+        self.propose_queued(ctx);
+    }
+
     /// Do what a layer's timer asked for.
     pub(super) fn run_layer_op(&mut self, ctx: &mut Ctx<'_>, op: LayerOp) {
         match op {
@@ -27,6 +50,10 @@ impl MultiPaxos {
                 }
             }
             LayerOp::StartElection => self.start_election(ctx),
+            LayerOp::Trim(bound) => {
+                self.trim_bound = self.trim_bound.max(bound);
+                self.trim_log();
+            }
         }
     }
 
@@ -69,8 +96,16 @@ impl MultiPaxos {
         self.log.executed_upto()
     }
 
+    /// The leader this replica follows (itself when leading), if any.
+    pub(crate) fn leader(&self) -> Option<NodeId> {
+        if self.role == Role::Leader {
+            Some(self.id)
+        } else {
+            self.leader
+        }
+    }
+
     /// The highest slot in the log (accepted or chosen).
-    #[cfg(feature = "mutants")]
     pub(crate) fn log_last(&self) -> u64 {
         self.log.last_index()
     }

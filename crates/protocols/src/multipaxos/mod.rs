@@ -475,7 +475,7 @@ impl Protocol for MultiPaxos {
                     Msg::Fill { pieces } => self.on_fill(ctx, from, pieces),
                 }
             }
-            Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
+            Event::Request { client, cmd, meta } => self.on_client_request(ctx, client, cmd, meta),
             Event::Reconfigure { client, id, change } => self.on_reconfigure(ctx, client, id, change),
             Event::Timer(TIMER_ELECTION) => self.on_election_timer(ctx),
             Event::Timer(TIMER_HEARTBEAT) => self.on_heartbeat_timer(ctx),
@@ -488,6 +488,7 @@ impl Protocol for MultiPaxos {
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Persisted { .. } => {}
         }
+        self.propose_layer_ready(ctx);
         self.trim_step();
     }
 

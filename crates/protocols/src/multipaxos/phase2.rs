@@ -190,6 +190,9 @@ impl MultiPaxos {
         }
         if !done.is_empty() {
             self.execute(ctx);
+            if self.layer.commit_promptly() {
+                ctx.broadcast(&Msg::Heartbeat { ballot: self.promised, commit_upto: self.log.committed_prefix() });
+            }
             self.propose_queued(ctx);
         }
     }

@@ -1,0 +1,270 @@
+//! The client side of IDEM (§5.3, Theorems 6.3 and 6.4) as a [`ClientPolicy`].
+//!
+//! A request goes to every replica. Its outcome:
+//! * **success** — a reply (from any replica): the request executed;
+//! * **failure** — `n` REJECTs from distinct replicas: every replica rejected it, none will
+//!   ever propose it, so it never executes (`Outcome::Rejected { definitive: true }`);
+//! * **ambivalence** — `n − f` REJECTs: it may still execute if one of the other `f` replicas
+//!   accepted it. A *pessimistic* client gives up at once; an *optimistic* one (the paper's
+//!   evaluation, 5 ms) waits that long for a reply or the last REJECTs, then gives up
+//!   (`Outcome::Rejected { definitive: false }`: the effect is unknown).
+//!
+//! A request nobody answers within the attempt timeout is sent to every replica again (same
+//! request id: replicas that hold it absorb the copy, those that rejected it reject again);
+//! rejections counted so far still count.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+use synod_core::client_policy::{ClientConfig, RetryTimes};
+use synod_core::{ClientCtx, ClientPolicy, Command, NodeId, Outcome, Reply, ReplyBody, RequestMeta};
+
+/// `RequestMeta::ext` of a request the client sent to every replica: replicas need not relay it.
+pub const MULTICAST: &[u8] = b"idem:all";
+
+/// The registry's constructor: options `ambivalence = optimistic | pessimistic` and
+/// `optimistic_wait_ms` (default 5).
+pub fn client(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
+    let wait = cfg.options.get("optimistic_wait_ms").and_then(|v| v.trim().parse().ok()).unwrap_or(5);
+    let mode = match cfg.options.get("ambivalence").map(|s| s.trim()) {
+        Some("pessimistic") => Ambivalence::Pessimistic,
+        _ => Ambivalence::Optimistic(Duration::from_millis(wait)),
+    };
+    Box::new(IdemPolicy::new(mode, cfg.retry.clone()))
+}
+
+fn meta() -> RequestMeta {
+    RequestMeta { ext: bytes::Bytes::from_static(MULTICAST), ..RequestMeta::default() }
+}
+
+const ATTEMPT_TIMER: u64 = 1;
+const WAIT_TIMER: u64 = 2;
+
+/// What a client does once `n − f` replicas rejected its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ambivalence {
+    /// Give up at once (lowest reject latency).
+    Pessimistic,
+    /// Wait this long for a reply or the remaining REJECTs (the paper: 5 ms).
+    Optimistic(Duration),
+}
+
+impl Default for Ambivalence {
+    fn default() -> Self {
+        Ambivalence::Optimistic(Duration::from_millis(5))
+    }
+}
+
+/// IDEM's client policy for one session.
+#[derive(Clone, Debug)]
+pub struct IdemPolicy {
+    mode: Ambivalence,
+    times: RetryTimes,
+    /// Replicas that rejected the current request.
+    rejects: BTreeSet<NodeId>,
+    last_reason: String,
+    waiting: bool,
+    active: bool,
+}
+
+impl IdemPolicy {
+    pub fn new(mode: Ambivalence, times: RetryTimes) -> IdemPolicy {
+        IdemPolicy { mode, times, rejects: BTreeSet::new(), last_reason: String::new(), waiting: false, active: false }
+    }
+
+    fn finish(&mut self, cx: &mut ClientCtx<'_>, outcome: Outcome) {
+        self.active = false;
+        cx.cancel_timer(ATTEMPT_TIMER);
+        cx.cancel_timer(WAIT_TIMER);
+        cx.finish(outcome);
+    }
+
+    fn rejected(&mut self, cx: &mut ClientCtx<'_>, definitive: bool) {
+        let n = cx.members.len();
+        let reason = format!("rejected by {} of {n} replicas: {}", self.rejects.len(), self.last_reason);
+        self.finish(cx, Outcome::Rejected { definitive, reason });
+    }
+}
+
+impl Default for IdemPolicy {
+    fn default() -> Self {
+        IdemPolicy::new(Ambivalence::default(), RetryTimes::default())
+    }
+}
+
+impl ClientPolicy for IdemPolicy {
+    fn begin(&mut self, cx: &mut ClientCtx<'_>, _cmd: &Command) {
+        self.rejects.clear();
+        self.last_reason.clear();
+        self.waiting = false;
+        self.active = true;
+        if cx.members.is_empty() {
+            self.finish(cx, Outcome::Unknown("no replicas known".into()));
+            return;
+        }
+        cx.send_all(meta());
+        cx.set_timer(ATTEMPT_TIMER, self.times.attempt_timeout);
+    }
+
+    fn on_reply(&mut self, cx: &mut ClientCtx<'_>, reply: Reply) {
+        if !self.active {
+            return;
+        }
+        match reply.body {
+            ReplyBody::Done(r) => self.finish(cx, Outcome::Done(r)),
+            ReplyBody::Invalid { reason } => self.finish(cx, Outcome::Invalid(reason)),
+            ReplyBody::Rejected { reason } => {
+                if !cx.members.contains(&reply.from) {
+                    return;
+                }
+                self.rejects.insert(reply.from);
+                self.last_reason = reason;
+                let n = cx.members.len();
+                let f = (n - 1) / 2;
+                if self.rejects.len() >= n {
+                    self.rejected(cx, true);
+                } else if self.rejects.len() >= n - f && !self.waiting {
+                    match self.mode {
+                        Ambivalence::Pessimistic => self.rejected(cx, false),
+                        Ambivalence::Optimistic(wait) => {
+                            self.waiting = true;
+                            cx.set_timer(WAIT_TIMER, wait);
+                        }
+                    }
+                }
+            }
+            // IDEM replicas neither redirect nor answer speculatively.
+            ReplyBody::NotLeader { .. } | ReplyBody::Speculative { .. } => {}
+        }
+    }
+
+    fn on_timer(&mut self, cx: &mut ClientCtx<'_>, id: u64) {
+        if !self.active {
+            return;
+        }
+        match id {
+            WAIT_TIMER => self.rejected(cx, false),
+            ATTEMPT_TIMER => {
+                cx.send_all(meta());
+                cx.set_timer(ATTEMPT_TIMER, self.times.attempt_timeout);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_unreachable(&mut self, _cx: &mut ClientCtx<'_>, _node: NodeId) {
+        // Nothing to do: the other replicas got the request too; the attempt timer resends.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use synod_core::{rng_from_seed, ClientAction, Op, OpResult};
+
+    fn cmd() -> Command {
+        Command { client: 7, seq: 1, acked_below: 1, now_ms: 0, op: Op::Get { key: Bytes::from_static(b"k") } }
+    }
+
+    fn reject(from: NodeId) -> Reply {
+        Reply { client: 7, seq: 1, from, body: ReplyBody::Rejected { reason: "busy".into() } }
+    }
+
+    /// Drive a policy over `members`; returns the actions of each step.
+    struct Drive {
+        p: IdemPolicy,
+        members: Vec<NodeId>,
+        rng: synod_core::Rng,
+    }
+
+    impl Drive {
+        fn new(mode: Ambivalence, n: u32) -> Drive {
+            Drive { p: IdemPolicy::new(mode, RetryTimes::default()), members: (1..=n).collect(), rng: rng_from_seed(1) }
+        }
+        fn step(&mut self, f: impl FnOnce(&mut IdemPolicy, &mut ClientCtx<'_>)) -> Vec<ClientAction> {
+            let mut actions = Vec::new();
+            let mut cx = ClientCtx::new(synod_core::Time::ZERO, &mut self.rng, &self.members, 0, &mut actions);
+            f(&mut self.p, &mut cx);
+            actions
+        }
+    }
+
+    fn finished(actions: &[ClientAction]) -> Option<&Outcome> {
+        actions.iter().find_map(|a| match a {
+            ClientAction::Finish(o) => Some(o),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn multicasts_to_every_replica() {
+        let mut d = Drive::new(Ambivalence::Pessimistic, 3);
+        let a = d.step(|p, cx| p.begin(cx, &cmd()));
+        let to: Vec<NodeId> = a
+            .iter()
+            .filter_map(|a| match a {
+                ClientAction::Send { to, .. } => Some(*to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(to, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_reply_is_success_even_after_rejects() {
+        let mut d = Drive::new(Ambivalence::default(), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        assert!(finished(&d.step(|p, cx| p.on_reply(cx, reject(1)))).is_none());
+        let done = Reply { client: 7, seq: 1, from: 2, body: ReplyBody::Done(OpResult::Done) };
+        let a = d.step(|p, cx| p.on_reply(cx, done));
+        assert_eq!(finished(&a), Some(&Outcome::Done(OpResult::Done)));
+    }
+
+    #[test]
+    fn pessimistic_gives_up_after_n_minus_f_rejects_ambivalently() {
+        let mut d = Drive::new(Ambivalence::Pessimistic, 5);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        for from in [1, 2] {
+            assert!(finished(&d.step(|p, cx| p.on_reply(cx, reject(from)))).is_none());
+        }
+        // A repeated reject from the same replica does not count twice.
+        assert!(finished(&d.step(|p, cx| p.on_reply(cx, reject(2)))).is_none());
+        let a = d.step(|p, cx| p.on_reply(cx, reject(3)));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })), "{a:?}");
+    }
+
+    #[test]
+    fn optimistic_waits_then_gives_up_ambivalently() {
+        let mut d = Drive::new(Ambivalence::Optimistic(Duration::from_millis(5)), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        d.step(|p, cx| p.on_reply(cx, reject(1)));
+        let a = d.step(|p, cx| p.on_reply(cx, reject(2)));
+        assert!(finished(&a).is_none());
+        assert!(a.contains(&ClientAction::SetTimer { id: WAIT_TIMER, after: Duration::from_millis(5) }));
+        let a = d.step(|p, cx| p.on_timer(cx, WAIT_TIMER));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })));
+    }
+
+    #[test]
+    fn n_rejects_are_a_definitive_failure() {
+        let mut d = Drive::new(Ambivalence::Optimistic(Duration::from_millis(5)), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        d.step(|p, cx| p.on_reply(cx, reject(1)));
+        d.step(|p, cx| p.on_reply(cx, reject(3)));
+        let a = d.step(|p, cx| p.on_reply(cx, reject(2)));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: true, .. })), "{a:?}");
+        // Nothing after the end.
+        assert!(d.step(|p, cx| p.on_timer(cx, WAIT_TIMER)).is_empty());
+    }
+
+    #[test]
+    fn silence_resends_to_everyone_and_keeps_the_rejects() {
+        let mut d = Drive::new(Ambivalence::Pessimistic, 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        d.step(|p, cx| p.on_reply(cx, reject(1)));
+        let a = d.step(|p, cx| p.on_timer(cx, ATTEMPT_TIMER));
+        assert_eq!(a.iter().filter(|a| matches!(a, ClientAction::Send { .. })).count(), 3);
+        let a = d.step(|p, cx| p.on_reply(cx, reject(2)));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })));
+    }
+}

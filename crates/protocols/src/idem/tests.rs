@@ -1,0 +1,233 @@
+//! Scenario tests of the IDEM layer on the test network: the paths of §4.3 and §5 one by one.
+
+use super::*;
+use crate::multipaxos::Msg;
+use crate::testnet::{get, put, value, Build, Net};
+use synod_core::{OpResult, ReplyBody};
+
+fn params(opts: &[&str]) -> ProtocolParams {
+    let mut p = ProtocolParams::default();
+    for o in opts {
+        p.set(o).unwrap();
+    }
+    p
+}
+
+fn net_with(n: u32, build: Build, opts: &[&str]) -> Net {
+    let mut net = Net::with_params(n, build, params(opts));
+    net.await_leader(Duration::from_secs(5)).expect("a leader");
+    net
+}
+
+fn net(n: u32, opts: &[&str]) -> Net {
+    net_with(n, super::build, opts)
+}
+
+fn idem_msg(bytes: &[u8]) -> Option<IdemMsg> {
+    match decode::<Msg>(bytes) {
+        Ok(Msg::Layer(b)) => decode::<IdemMsg>(&b).ok(),
+        _ => None,
+    }
+}
+
+fn is_accept(bytes: &[u8]) -> bool {
+    matches!(decode::<Msg>(bytes), Ok(Msg::Accept { .. }))
+}
+
+fn followers(net: &Net) -> Vec<NodeId> {
+    let leader = net.leader().unwrap();
+    (1..=net.nodes.len() as NodeId).filter(|&n| n != leader).collect()
+}
+
+fn stat(net: &Net, n: NodeId, key: &str) -> u64 {
+    net.node(n).p.status().extra.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn done() -> ReplyBody {
+    ReplyBody::Done(OpResult::Done)
+}
+
+#[test]
+fn a_request_at_a_follower_executes_everywhere_and_is_answered_there() {
+    let mut net = net(3, &[]);
+    let leader = net.leader().unwrap();
+    let follower = followers(&net)[0];
+    net.request(follower, 1, 1, put("k", "v"));
+    // The answer comes from the follower that holds the client, as soon as the leader's
+    // prompt commit notice arrives: no forward, no heartbeat wait.
+    assert_eq!(net.reply_for(1, 1), Some(&done()));
+    assert_eq!(stat(&net, follower, "forwarded"), 0);
+    net.request(leader, 1, 2, get("k"));
+    assert_eq!(net.reply_for(1, 2), Some(&value("v")));
+    net.run_for(Duration::from_millis(100));
+    for n in 1..=3 {
+        assert_eq!(net.executed(n), net.executed(leader));
+        assert_eq!(stat(&net, n, "active"), 0, "n{n} still holds requests");
+    }
+    net.assert_agreement();
+}
+
+/// §5.1: at RT active requests a replica rejects at once; the rejection is sticky: a
+/// retransmission is rejected again even once there is room (and the mutant that forgets
+/// rejections accepts it).
+fn sticky_rejection(build: Build) -> Option<ReplyBody> {
+    let mut net = net_with(3, build, &["reject_threshold=2", "admission=taildrop", "relay=false"]);
+    let f = followers(&net)[0];
+    // No Accept gets through: accepted requests stay active.
+    net.drop = Box::new(|_, _, b| is_accept(b));
+    net.request(f, 1, 1, put("a", "1"));
+    net.request(f, 2, 1, put("b", "1"));
+    net.request(f, 3, 1, put("c", "1"));
+    assert!(net.reply_for(1, 1).is_none() && net.reply_for(2, 1).is_none());
+    assert!(matches!(net.reply_for(3, 1), Some(ReplyBody::Rejected { .. })), "{:?}", net.reply_for(3, 1));
+    net.replies.clear();
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_millis(2000));
+    assert_eq!(net.reply_for(1, 1), Some(&done()));
+    assert_eq!(net.reply_for(2, 1), Some(&done()));
+    assert_eq!(stat(&net, f, "active"), 0);
+    net.request(f, 3, 1, put("c", "1"));
+    net.run_for(Duration::from_millis(500));
+    net.reply_for(3, 1).cloned()
+}
+
+#[test]
+fn rejection_at_the_threshold_is_immediate_and_sticky() {
+    assert!(matches!(sticky_rejection(super::build), Some(ReplyBody::Rejected { .. })));
+}
+
+#[test]
+fn the_forget_rejections_mutant_is_caught() {
+    let forget = |s: &Setup| build_with(s, Deviation { forget_rejections: true, ..Deviation::default() });
+    assert_eq!(sticky_rejection(forget), Some(done()));
+}
+
+/// §4.3: the leader orders a request only after f + 1 REQUIREs. With relaying off and a long
+/// forward delay, a request one follower accepted waits; forwarding (§5.2) then makes the
+/// others accept it and it executes (Property 5.1). The mutant proposing after f REQUIREs
+/// orders a request only the leader accepted at once.
+fn one_require(build: Build, at_leader: bool) -> (Option<ReplyBody>, Option<ReplyBody>) {
+    let mut net = net_with(3, build, &["relay=false", "forward_ms=1000"]);
+    let at = if at_leader { net.leader().unwrap() } else { followers(&net)[0] };
+    net.request(at, 1, 1, put("k", "v"));
+    net.run_for(Duration::from_millis(500));
+    let early = net.reply_for(1, 1).cloned();
+    net.run_for(Duration::from_millis(2000));
+    (early, net.reply_for(1, 1).cloned())
+}
+
+#[test]
+fn the_leader_waits_for_f_plus_1_requires_and_forwarding_completes_them() {
+    for at_leader in [false, true] {
+        let (early, late) = one_require(super::build, at_leader);
+        assert_eq!(early, None, "ordered with one REQUIRE (at leader: {at_leader})");
+        assert_eq!(late, Some(done()), "forwarding did not complete it (at leader: {at_leader})");
+    }
+}
+
+#[test]
+fn the_require_f_mutant_is_caught() {
+    let require_f = |s: &Setup| build_with(s, Deviation { require_f: true, ..Deviation::default() });
+    let (early, _) = one_require(require_f, true);
+    assert_eq!(early, Some(done()));
+}
+
+/// §5.2 FETCH: the leader has f + 1 REQUIREs but not the request (it never received it).
+#[test]
+fn the_leader_fetches_a_request_it_never_received() {
+    let mut net = net(3, &[]);
+    let leader = net.leader().unwrap();
+    let f = followers(&net)[0];
+    // The relay to the leader is lost; the other follower's REQUIRE and ours make f + 1.
+    net.drop = Box::new(move |_, to, b| to == leader && matches!(idem_msg(b), Some(IdemMsg::Relay { .. })));
+    net.request(f, 1, 1, put("k", "v"));
+    net.run_for(Duration::from_millis(5));
+    assert_eq!(net.reply_for(1, 1), Some(&done()));
+    assert!(stat(&net, leader, "fetched") >= 1);
+    net.assert_agreement();
+}
+
+/// §4.5: the leader crashes after the followers accepted (and required) a request it had not
+/// proposed yet; they re-send their REQUIREs to the new leader, which orders it.
+#[test]
+fn requires_are_resent_to_a_new_leader() {
+    let mut net = net(3, &[]);
+    let old = net.leader().unwrap();
+    let f = followers(&net)[0];
+    net.drop = Box::new(move |_, to, b| to == old && idem_msg(b).is_some());
+    net.request(f, 1, 1, put("k", "v"));
+    net.crash(old);
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_secs(3));
+    assert_ne!(net.leader(), Some(old));
+    assert_eq!(net.reply_for(1, 1), Some(&done()));
+    net.assert_agreement();
+}
+
+/// A replica that rejected a request still executes it if others accepted it (and answers its
+/// client then: §5.3 success after a REJECT).
+#[test]
+fn a_rejecting_replica_answers_when_the_request_executes_after_all() {
+    let mut net = net(3, &["reject_threshold=1", "admission=taildrop"]);
+    let fs = followers(&net);
+    let busy = fs[0];
+    // `busy` alone holds request (1, 1): nothing of it leaves `busy`.
+    net.drop = Box::new(move |from, _, b| {
+        from == busy && idem_msg(b).is_some_and(|m| !matches!(m, IdemMsg::Relay { cmd } if cmd.client == 2))
+    });
+    net.request(busy, 1, 1, put("a", "1"));
+    // The next request finds `busy` full; the relays let the leader and the other follower
+    // accept it.
+    net.request(busy, 2, 1, put("b", "2"));
+    net.run_for(Duration::from_millis(5));
+    let answers: Vec<&ReplyBody> = net.replies.iter().filter(|r| r.client == 2).map(|r| &r.body).collect();
+    assert!(matches!(answers[..], [ReplyBody::Rejected { .. }, ReplyBody::Done(_)]), "{answers:?}");
+    net.assert_agreement();
+}
+
+/// Restart from the WAL: a replica that crashed re-executes its log and catches up.
+#[test]
+fn a_replica_restarts_from_its_durable_records() {
+    let mut net = net(3, &[]);
+    let f = followers(&net)[0];
+    for seq in 1..=20 {
+        net.request(f, 1, seq, put("k", &seq.to_string()));
+    }
+    net.run_for(Duration::from_millis(100));
+    let before = net.executed(f);
+    assert!(before >= 1);
+    net.crash(f);
+    net.restart(f);
+    assert_eq!(net.executed(f), before, "re-executed its committed log from the WAL");
+    net.request(f, 1, 21, get("k"));
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.reply_for(1, 21), Some(&value("20")));
+    net.assert_agreement();
+}
+
+/// §4.4: the log is trimmed implicitly once it is a window (n × RT) past a slot.
+#[test]
+fn implicit_garbage_collection_trims_a_window_behind() {
+    let mut net = net(3, &["reject_threshold=2"]);
+    let leader = net.leader().unwrap();
+    for seq in 1..=40 {
+        net.request(leader, 1, seq, put("k", "v"));
+    }
+    net.run_for(Duration::from_millis(100));
+    let last = stat(&net, leader, "log_last");
+    for n in 1..=3 {
+        let first = stat(&net, n, "log_first");
+        assert!(first > 1 && first + 6 >= last, "n{n}: log_first {first}, log_last {last}");
+    }
+}
+
+#[test]
+fn options_are_checked() {
+    let mut p = params(&["reject_threshold=0"]);
+    assert!(IdemConfig::from_params(&p, Mode::Aqm).is_err());
+    p = params(&["forward_ms=5", "relay=false"]);
+    let c = IdemConfig::from_params(&p, Mode::Aqm).unwrap();
+    assert_eq!((c.forward_delay, c.relay), (Duration::from_millis(5), false));
+    p = params(&["no_such=1"]);
+    assert!(IdemConfig::from_params(&p, Mode::Aqm).is_err());
+}
