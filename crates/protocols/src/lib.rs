@@ -9,6 +9,7 @@ pub mod holipaxos;
 pub mod layers;
 pub mod mencius;
 pub mod multipaxos;
+pub mod nezha;
 pub mod raft;
 pub mod registry;
 
@@ -75,6 +76,13 @@ pub mod mutants {
             leader_based: false,
             order: Order::Partial,
             build: crate::epaxos::mutants::build_small_fast_quorum,
+        },
+        ProtocolInfo {
+            name: "nezha-small-quorum",
+            description: "Nezha whose leader fixes the commit-point from f sync-points (its own included), one short of f + 1",
+            leader_based: false,
+            order: Order::Total,
+            build: crate::nezha::mutants::build_small_quorum,
         },
     ];
 

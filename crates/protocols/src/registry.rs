@@ -75,6 +75,13 @@ static REGISTRY: &[ProtocolInfo] = &[
         order: Order::Partial,
         build: crate::epaxos::build,
     },
+    ProtocolInfo {
+        name: "nezha",
+        description: "Nezha: deadline-ordered multicast (DOM), leader log with log-modifications and sync-points, fast-path hashes and proxy quorum checks, VR-style view change; clients use any replica (it relays with a deadline)",
+        leader_based: false,
+        order: Order::Total,
+        build: crate::nezha::build,
+    },
 ];
 
 /// Every registered protocol.
