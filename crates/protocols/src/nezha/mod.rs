@@ -43,8 +43,16 @@
 //!   first execution). A follower checks that its copy of a request is the leader's (a digest
 //!   of the command) before putting it in its log.
 //!
-//! Not yet: snapshots and log compaction, speculative execution at the leader with rollback,
-//! proxies as separate processes, membership changes.
+//! - **checkpoints** (§7.3): every `snapshot_every` executed entries a replica snapshots its
+//!   state machine and compacts its WAL to the snapshot plus the log after it; the log is
+//!   trimmed only below the *stable* point — the smallest sync-point of all replicas in the
+//!   leader's view, announced with the commit-point — so no replica ever needs a trimmed
+//!   entry from another (view changes and fetches carry the log after each replica's trim
+//!   point). A replica that stays away keeps the others from trimming; a replica whose disk
+//!   is wiped cannot rejoin (that needs snapshot transfer, not implemented).
+//!
+//! Not yet: speculative execution at the leader with rollback, proxies as separate
+//! processes, snapshot transfer, the diskless mode, membership changes.
 
 pub mod dom;
 pub mod hash;
@@ -130,6 +138,8 @@ enum Mode {
 #[derive(Clone, Debug)]
 struct Dvc {
     last_normal: u64,
+    /// `log` holds the positions after `base`.
+    base: u64,
     sync_point: u64,
     commit: u64,
     log: Vec<Entry>,
@@ -164,8 +174,18 @@ pub struct Nezha {
     mode: Mode,
 
     dom: Dom,
-    /// The log synced with the leader of `view` (the leader's own log), position i at `[i-1]`.
+    /// The log synced with the leader of `view` (the leader's own log) after `base`:
+    /// position i at `[i - base - 1]`.
     log: Vec<Entry>,
+    /// Entries trimmed from the front of the log: committed and synced by every replica
+    /// (so no replica ever needs them from another), and covered by a snapshot.
+    base: u64,
+    /// Every replica has synced the log up to here (the leader's minimum over all
+    /// sync-points, announced with the commit-point): the trim bound.
+    stable: u64,
+    /// A snapshot requested: its token and the log position it covers.
+    snap_pending: Option<(u64, u64)>,
+    snapshots: u64,
     /// Where each request's latest copy sits in `log`.
     index_of: HashMap<ReqId, u64>,
     /// Followers: requests released from the early-buffer, not yet placed by the leader.
@@ -225,6 +245,10 @@ impl Nezha {
             last_normal: 0,
             mode: Mode::Normal,
             log: Vec::new(),
+            base: 0,
+            stable: 0,
+            snap_pending: None,
+            snapshots: 0,
             index_of: HashMap::new(),
             unsynced: BTreeMap::new(),
             unsynced_ids: HashMap::new(),
@@ -248,6 +272,16 @@ impl Nezha {
             waiting: HashMap::new(),
             counters: Counters::default(),
         })
+    }
+
+    /// The log's last position.
+    fn len(&self) -> u64 {
+        self.base + self.log.len() as u64
+    }
+
+    /// Where position `i` (> base) sits in `log`.
+    fn at(&self, i: u64) -> usize {
+        (i - self.base - 1) as usize
     }
 
     fn n(&self) -> usize {
@@ -278,7 +312,7 @@ impl Nezha {
     fn persist(&mut self, ctx: &mut Ctx<'_>, records: Vec<Record>) {
         let token = self.next_token;
         self.next_token += 1;
-        self.persisting.insert(token, self.log.len() as u64);
+        self.persisting.insert(token, self.len());
         ctx.persist(token, records.iter().map(encode).collect());
     }
 
@@ -287,7 +321,7 @@ impl Nezha {
         let done: Vec<u64> = self.persisting.range(..=token).map(|(t, _)| *t).collect();
         for t in done {
             if let Some(len) = self.persisting.remove(&t) {
-                self.durable = self.durable.max(len).min(self.log.len() as u64);
+                self.durable = self.durable.max(len).min(self.len());
             }
         }
         if self.is_leader() && self.mode == Mode::Normal {
@@ -300,7 +334,7 @@ impl Nezha {
         self.index_of.clear();
         self.hash.clear();
         for (i, e) in self.log.iter().enumerate() {
-            self.index_of.insert((e.cmd.client, e.cmd.seq), i as u64 + 1);
+            self.index_of.insert((e.cmd.client, e.cmd.seq), self.base + i as u64 + 1);
             self.hash.toggle(&e.id(), &e.cmd);
         }
         for (id, cmd) in &self.unsynced {
@@ -311,13 +345,59 @@ impl Nezha {
     /// Execute the log up to the commit-point (§5.4, §7.3), answering the clients waiting
     /// here.
     fn execute(&mut self, ctx: &mut Ctx<'_>) {
-        let upto = self.commit.min(self.log.len() as u64);
+        let upto = self.commit.min(self.len());
         while self.applied < upto {
             self.applied += 1;
-            let e = &self.log[self.applied as usize - 1];
+            let e = &self.log[self.at(self.applied)];
             let reply = self.waiting.remove(&(e.cmd.client, e.cmd.seq));
             ctx.apply(synod_core::Pos::slot(self.applied, 0), e.cmd.clone(), reply);
         }
+        self.maybe_snapshot(ctx);
+    }
+
+    /// Every `snapshot_every` entries that every replica has synced and this one executed,
+    /// snapshot the state machine, then trim the log and compact the WAL (§7.3's periodic
+    /// checkpoints).
+    fn maybe_snapshot(&mut self, ctx: &mut Ctx<'_>) {
+        let every = self.params.snapshot_every;
+        if every == 0 || self.snap_pending.is_some() || self.applied.min(self.stable) < self.base + every {
+            return;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.snap_pending = Some((token, self.applied));
+        ctx.push(synod_core::Action::TakeSnapshot { token });
+    }
+
+    fn on_snapshot_taken(&mut self, ctx: &mut Ctx<'_>, token: u64, data: Bytes) {
+        let Some((t, index)) = self.snap_pending else { return };
+        if t != token {
+            return;
+        }
+        self.snap_pending = None;
+        let trim = index.min(self.stable).min(self.len());
+        if trim <= self.base {
+            return;
+        }
+        for e in self.log.drain(..(trim - self.base) as usize) {
+            let req = (e.cmd.client, e.cmd.seq);
+            if self.index_of.get(&req).is_some_and(|&i| i <= trim) {
+                self.index_of.remove(&req);
+            }
+        }
+        self.base = trim;
+        self.snapshots += 1;
+        // The image: the view, the snapshot (state after `index`, log kept from `trim`),
+        // and the entries handed to the WAL already.
+        let head = Record::Snapshot { index, base: trim, data: Bytes::new() };
+        let mut records = vec![
+            vec![encode(&Record::View { view: self.view, last_normal: self.last_normal })],
+            synod_core::protocol::encode_with_payload(&head, data),
+        ];
+        for i in trim + 1..=self.logged.min(self.len()) {
+            records.push(vec![encode(&Record::Synced { index: i, entry: self.log[self.at(i)].clone() })]);
+        }
+        ctx.push(synod_core::protocol::compaction(token, records, true));
     }
 
     fn remember_client(&mut self, client: ClientRef, cmd: &Command) {
@@ -353,15 +433,17 @@ impl Nezha {
     fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
         match msg {
             Msg::Request { deadline, cmd } => self.receive(ctx, deadline, cmd),
-            Msg::LogMod { view, start, ids, commit } => self.on_log_mod(ctx, from, view, start, ids, commit),
+            Msg::LogMod { view, start, ids, commit, stable } => {
+                self.on_log_mod(ctx, from, view, start, ids, (commit, stable))
+            }
             Msg::Fetch { view, from: index } => self.on_fetch(ctx, from, view, index),
             Msg::Entries { view, start, entries, commit } => self.on_entries(ctx, from, view, start, entries, commit),
             Msg::LogStatus { view, sync_point } => self.on_log_status(ctx, from, view, sync_point),
             Msg::ViewChange { view } => self.on_view_change(ctx, from, view),
-            Msg::DoViewChange { view, last_normal, sync_point, commit, log } => {
-                self.on_do_view_change(ctx, from, view, Dvc { last_normal, sync_point, commit, log })
+            Msg::DoViewChange { view, last_normal, sync_point, commit, base, log } => {
+                self.on_do_view_change(ctx, from, view, Dvc { last_normal, base, sync_point, commit, log })
             }
-            Msg::StartView { view, log, commit } => self.on_start_view(ctx, from, view, log, commit),
+            Msg::StartView { view, base, log, commit } => self.on_start_view(ctx, from, view, base, log, commit),
             Msg::NeedView { view } => self.on_need_view(ctx, from, view),
         }
     }
@@ -377,20 +459,38 @@ impl Protocol for Nezha {
                     self.last_normal = last_normal;
                 }
                 Record::Synced { index, entry } => {
-                    if index >= 1 && index as usize <= self.log.len() + 1 {
-                        self.log.truncate(index as usize - 1);
+                    if index > self.base && index <= self.len() + 1 {
+                        let keep = self.at(index);
+                        self.log.truncate(keep);
                         self.log.push(entry);
                     }
                 }
-                Record::Log { view, entries } => {
+                Record::Log { view, base, entries } => {
                     self.view = self.view.max(view);
                     self.last_normal = view;
-                    self.log = entries;
+                    // The new view's log from `base` on; what this replica trimmed since
+                    // is committed and identical.
+                    if base >= self.base && base <= self.len() {
+                        let keep = self.at(base + 1);
+                        self.log.truncate(keep);
+                        self.log.extend(entries);
+                    } else if base < self.base {
+                        let skip = (self.base - base) as usize;
+                        self.log = entries.into_iter().skip(skip).collect();
+                    }
+                }
+                Record::Snapshot { index, base, data } => {
+                    self.base = base;
+                    self.log.clear();
+                    self.applied = index;
+                    self.commit = self.commit.max(index);
+                    self.stable = self.stable.max(base);
+                    ctx.push(synod_core::Action::InstallSnapshot { data });
                 }
             }
         }
         self.mode = if self.last_normal == self.view { Mode::Normal } else { Mode::ViewChange };
-        self.durable = self.log.len() as u64;
+        self.durable = self.len();
         self.logged = self.durable;
         self.reindex();
         for e in &self.log {
@@ -422,7 +522,7 @@ impl Protocol for Nezha {
             Event::Timer(TIMER_RELEASE) => self.release(ctx),
             Event::Timer(_) => {}
             Event::Persisted { token } => self.on_persisted(ctx, token),
-            Event::SnapshotTaken { .. } => {}
+            Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Reconfigure { client, id, .. } => {
                 let body = ReplyBody::Invalid { reason: "nezha does not support membership changes".into() };
                 ctx.reply(client, synod_core::Reply { client: 0, seq: id, from: self.id, body });
@@ -433,7 +533,9 @@ impl Protocol for Nezha {
     fn status(&self) -> Status {
         let mut extra = BTreeMap::new();
         extra.insert("mode".into(), format!("{:?}", self.mode).to_lowercase());
-        extra.insert("sync_point".into(), self.log.len().to_string());
+        extra.insert("sync_point".into(), self.len().to_string());
+        extra.insert("log_base".into(), self.base.to_string());
+        extra.insert("snapshots".into(), self.snapshots.to_string());
         extra.insert("unsynced".into(), self.unsynced.len().to_string());
         extra.insert("early".into(), self.dom.early_len().to_string());
         extra.insert("late_buffer".into(), self.dom.late_len().to_string());
@@ -465,7 +567,7 @@ impl Protocol for Nezha {
             Ok(Msg::Request { deadline, cmd }) => {
                 format!("Request c{:x}#{} deadline={}", cmd.client, cmd.seq, Time(deadline))
             }
-            Ok(Msg::LogMod { view, start, ids, commit }) => {
+            Ok(Msg::LogMod { view, start, ids, commit, .. }) => {
                 let ids: Vec<String> = ids.iter().map(|(l, _)| format!("c{:x}#{}", l.client, l.seq)).collect();
                 format!("LogMod v={view} start={start} [{}] commit={commit}", ids.join(" "))
             }
@@ -475,12 +577,12 @@ impl Protocol for Nezha {
             }
             Ok(Msg::LogStatus { view, sync_point }) => format!("LogStatus v={view} sync={sync_point}"),
             Ok(Msg::ViewChange { view }) => format!("ViewChange v={view}"),
-            Ok(Msg::DoViewChange { view, last_normal, sync_point, commit, log }) => format!(
-                "DoViewChange v={view} last_normal={last_normal} sync={sync_point} commit={commit} log={}",
+            Ok(Msg::DoViewChange { view, last_normal, sync_point, commit, base, log }) => format!(
+                "DoViewChange v={view} last_normal={last_normal} sync={sync_point} commit={commit} base={base} log={}",
                 log.len()
             ),
-            Ok(Msg::StartView { view, log, commit }) => {
-                format!("StartView v={view} log={} commit={commit}", log.len())
+            Ok(Msg::StartView { view, base, log, commit }) => {
+                format!("StartView v={view} base={base} log={} commit={commit}", log.len())
             }
             Ok(Msg::NeedView { view }) => format!("NeedView v={view}"),
             Err(_) => format!("<{} undecodable bytes>", msg.len()),

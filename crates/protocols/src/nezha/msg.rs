@@ -45,9 +45,10 @@ pub enum Msg {
     /// talks to one replica; that replica acts as the request's proxy, §4).
     Request { deadline: u64, cmd: Command },
     /// §5.2 *log-modification*, batched: the leader's log-ids at positions `start..`, and
-    /// its commit-point (§5.4, §7.3). Each log-id comes with the digest of the command
+    /// its commit-point (§5.4, §7.3) and the position every replica has synced (the trim
+    /// bound). Each log-id comes with the digest of the command
     /// ([`super::hash::cmd_digest`]). Doubles as the leader's heartbeat (empty `ids`).
-    LogMod { view: u64, start: u64, ids: Vec<(LogId, u64)>, commit: u64 },
+    LogMod { view: u64, start: u64, ids: Vec<(LogId, u64)>, commit: u64, stable: u64 },
     /// A follower asks the leader for the entries from `from` on (requests it holds in no
     /// buffer: "the follower fetches it from other replicas", §5.4).
     Fetch { view: u64, from: u64 },
@@ -58,9 +59,10 @@ pub enum Msg {
     /// §6: a replica suspects the leader of `view - 1` (or earlier) and moves to `view`.
     ViewChange { view: u64 },
     /// §6: a replica's state for the new leader of `view`.
-    DoViewChange { view: u64, last_normal: u64, sync_point: u64, commit: u64, log: Vec<Entry> },
-    /// §6: the new leader's recovered log; followers replace theirs with it.
-    StartView { view: u64, log: Vec<Entry>, commit: u64 },
+    /// `log` holds the entries after `base` (synced ones first, then released ones).
+    DoViewChange { view: u64, last_normal: u64, sync_point: u64, commit: u64, base: u64, log: Vec<Entry> },
+    /// §6: the new leader's recovered log after `base`; followers replace theirs with it.
+    StartView { view: u64, base: u64, log: Vec<Entry>, commit: u64 },
     /// A replica heard a leader of a view it has not started: it asks for its StartView.
     NeedView { view: u64 },
 }
@@ -73,6 +75,10 @@ pub enum Record {
     /// Entry at `index` of the log synced with the leader of the current view (the entries
     /// from `index` on are replaced).
     Synced { index: u64, entry: Entry },
-    /// A new view's log (StartView): replaces the whole log.
-    Log { view: u64, entries: Vec<Entry> },
+    /// A new view's log (StartView): the entries after `base` (every replica has the log up
+    /// to `base`: it is committed and was synced everywhere).
+    Log { view: u64, base: u64, entries: Vec<Entry> },
+    /// A snapshot: the state machine after `index` log entries; the log is kept from
+    /// `base + 1` on (`base <= index`: entries after the trim bound stay for the peers).
+    Snapshot { index: u64, base: u64, data: bytes::Bytes },
 }

@@ -59,7 +59,7 @@ impl Nezha {
         let released = self.dom.release(ctx.now);
         if !released.is_empty() {
             if self.is_leader() && self.mode == Mode::Normal {
-                let start = self.log.len() as u64 + 1;
+                let start = self.len() + 1;
                 for (id, cmd) in released {
                     self.append(id, cmd);
                 }
@@ -86,22 +86,20 @@ impl Nezha {
     pub(super) fn append(&mut self, id: LogId, cmd: Command) {
         self.hash.toggle(&id, &cmd);
         self.log.push(Entry { deadline: id.deadline, cmd });
-        self.index_of.insert(id.req(), self.log.len() as u64);
+        self.index_of.insert(id.req(), self.len());
     }
 
     /// Persist the entries from `start` on, then broadcast their log-modification (§5.4
     /// ⑦; persisted first so a restarted leader never reuses a position a follower synced).
     pub(super) fn broadcast_mods(&mut self, ctx: &mut Ctx<'_>, start: u64) {
-        let len = self.log.len() as u64;
+        let len = self.len();
         if start > len {
             return;
         }
-        let records =
-            (start..=len).map(|i| Record::Synced { index: i, entry: self.log[i as usize - 1].clone() }).collect();
+        let records = (start..=len).map(|i| Record::Synced { index: i, entry: self.log[self.at(i)].clone() }).collect();
         self.logged = len;
         self.persist(ctx, records);
-        let ids: Vec<(LogId, u64)> =
-            self.log[start as usize - 1..].iter().map(|e| (e.id(), cmd_digest(&e.cmd))).collect();
+        let ids: Vec<(LogId, u64)> = self.log[self.at(start)..].iter().map(|e| (e.id(), cmd_digest(&e.cmd))).collect();
         for chunk_start in (0..ids.len()).step_by(self.params.catchup_chunk.max(1)) {
             let end = (chunk_start + self.params.catchup_chunk.max(1)).min(ids.len());
             let msg = Msg::LogMod {
@@ -109,6 +107,7 @@ impl Nezha {
                 start: start + chunk_start as u64,
                 ids: ids[chunk_start..end].to_vec(),
                 commit: self.commit,
+                stable: self.stable,
             };
             ctx.broadcast(&msg);
         }
@@ -117,9 +116,18 @@ impl Nezha {
 
     pub(super) fn leader_tick(&mut self, ctx: &mut Ctx<'_>) {
         // The heartbeat: an empty log-modification with the log's end and the commit-point.
-        let msg =
-            Msg::LogMod { view: self.view, start: self.log.len() as u64 + 1, ids: Vec::new(), commit: self.commit };
-        ctx.broadcast(&msg);
+        ctx.broadcast(&self.heartbeat());
+    }
+
+    /// An empty log-modification: the log's end, the commit-point and the trim bound.
+    pub(super) fn heartbeat(&self) -> Msg {
+        Msg::LogMod {
+            view: self.view,
+            start: self.len() + 1,
+            ids: Vec::new(),
+            commit: self.commit,
+            stable: self.stable,
+        }
     }
 
     /// A follower's log-status (§5.2); with the leader's own log, f + 1 sync-points fix the
@@ -132,7 +140,7 @@ impl Nezha {
         if view < self.view || !self.is_leader() || self.mode != Mode::Normal {
             return;
         }
-        let s = sync_point.min(self.log.len() as u64);
+        let s = sync_point.min(self.len());
         let e = self.peer_sync.entry(from).or_insert(0);
         *e = (*e).max(s);
         self.update_commit(ctx);
@@ -143,33 +151,34 @@ impl Nezha {
     /// log-modification (or StartView) left the leader, i.e. after the leader persisted
     /// them; alone (n = 1) it counts what is reported durable.
     pub(super) fn update_commit(&mut self, ctx: &mut Ctx<'_>) {
-        let own = if self.n() == 1 { self.durable } else { self.log.len() as u64 };
+        let own = if self.n() == 1 { self.durable } else { self.len() };
         let mut points: Vec<u64> = vec![own];
         points.extend(self.peers().map(|p| self.peer_sync.get(&p).copied().unwrap_or(0)));
         points.sort_unstable_by(|a, b| b.cmp(a));
         let quorum = if self.variant.small_quorum { self.f() } else { self.f() + 1 };
         let c = points[quorum.max(1) - 1];
+        // Every replica has synced up to the smallest sync-point: nobody will need those
+        // entries from another replica again.
+        self.stable = self.stable.max(points.last().copied().unwrap_or(0).min(c.max(self.commit)));
         if c > self.commit {
             self.commit = c;
             self.execute(ctx);
             // Tell the followers at once: they execute and answer their clients.
-            let msg =
-                Msg::LogMod { view: self.view, start: self.log.len() as u64 + 1, ids: Vec::new(), commit: self.commit };
-            ctx.broadcast(&msg);
+            ctx.broadcast(&self.heartbeat());
         }
     }
 
     /// A follower asks for entries it holds nowhere.
     pub(super) fn on_fetch(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64, index: u64) {
-        if view != self.view || !self.is_leader() || self.mode != Mode::Normal || index == 0 {
+        if view != self.view || !self.is_leader() || self.mode != Mode::Normal || index <= self.base {
             return;
         }
-        let len = self.log.len() as u64;
+        let len = self.len();
         if index > len {
             return;
         }
         let end = len.min(index + self.params.catchup_chunk.max(1) as u64 - 1);
-        let entries = self.log[index as usize - 1..end as usize].to_vec();
+        let entries = self.log[self.at(index)..=self.at(end)].to_vec();
         ctx.send(from, &Msg::Entries { view: self.view, start: index, entries, commit: self.commit });
     }
 
@@ -191,6 +200,8 @@ impl Nezha {
         true
     }
 
+    /// A log-modification; `commit` and `stable` are the leader's commit-point and trim
+    /// bound.
     pub(super) fn on_log_mod(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -198,12 +209,12 @@ impl Nezha {
         view: u64,
         start: u64,
         ids: Vec<(LogId, u64)>,
-        commit: u64,
+        (commit, stable): (u64, u64),
     ) {
         if !self.check_leader(ctx, from, view) {
             return;
         }
-        let synced = self.log.len() as u64;
+        let synced = self.len();
         self.leader_len = self.leader_len.max(start.saturating_sub(1) + ids.len() as u64);
         for (k, id) in ids.into_iter().enumerate() {
             let i = start + k as u64;
@@ -212,6 +223,7 @@ impl Nezha {
             }
         }
         self.commit = self.commit.max(commit);
+        self.stable = self.stable.max(stable);
         self.advance_sync(ctx);
     }
 
@@ -223,7 +235,7 @@ impl Nezha {
             return;
         }
         loop {
-            let i = self.log.len() as u64 + 1;
+            let i = self.len() + 1;
             let Some(&(id, digest)) = self.pending_mods.get(&i) else { break };
             let req = id.req();
             let found = match self.unsynced_ids.get(&req).copied() {
@@ -255,12 +267,12 @@ impl Nezha {
                 None => break,
             }
         }
-        let len = self.log.len() as u64;
+        let len = self.len();
         self.pending_mods.retain(|&i, _| i > len);
         if len > self.logged {
             self.prune_unsynced();
             let records = (self.logged + 1..=len)
-                .map(|i| Record::Synced { index: i, entry: self.log[i as usize - 1].clone() })
+                .map(|i| Record::Synced { index: i, entry: self.log[self.at(i)].clone() })
                 .collect();
             self.logged = len;
             self.persist(ctx, records);
@@ -282,7 +294,7 @@ impl Nezha {
             return;
         }
         self.fetch_sent = Some(ctx.now);
-        let from = self.log.len() as u64 + 1;
+        let from = self.len() + 1;
         ctx.send(self.leader_of(self.view), &Msg::Fetch { view: self.view, from });
     }
 
@@ -291,7 +303,7 @@ impl Nezha {
         self.dom.note_released(&entry.id(), &entry.cmd);
         self.log.push(entry);
         let e = self.log.last().expect("pushed");
-        self.index_of.insert((e.cmd.client, e.cmd.seq), self.log.len() as u64);
+        self.index_of.insert((e.cmd.client, e.cmd.seq), self.len());
     }
 
     /// Released requests ordered before the last synced entry can no longer be placed in
@@ -325,7 +337,7 @@ impl Nezha {
         self.fetch_sent = None;
         for (k, e) in entries.into_iter().enumerate() {
             let i = start + k as u64;
-            if i == self.log.len() as u64 + 1 {
+            if i == self.len() + 1 {
                 let req = (e.cmd.client, e.cmd.seq);
                 if let Some(d) = self.unsynced_ids.remove(&req) {
                     let old = LogId { deadline: d, client: req.0, seq: req.1 };
@@ -348,7 +360,7 @@ impl Nezha {
     pub(super) fn follower_tick(&mut self, ctx: &mut Ctx<'_>) {
         // Periodic log-status (§5.2), which also lets a restarted leader relearn the
         // sync-points; and a fetch if this replica is behind the leader's log.
-        let len = self.log.len() as u64;
+        let len = self.len();
         ctx.send(self.leader_of(self.view), &Msg::LogStatus { view: self.view, sync_point: len });
         if self.leader_len > len {
             self.fetch(ctx);

@@ -169,13 +169,45 @@ fn the_set_hash_is_order_free_and_per_key_with_commutativity() {
 fn the_new_leader_keeps_the_longest_synced_prefix_and_entries_on_a_majority_of_the_rest() {
     let e = |d: u64, c: u64| Entry { deadline: d, cmd: cmd(c, 1, put("k", "v")) };
     // f = 2: five replicas, three answer; entries beyond the prefix need ⌈f/2⌉ + 1 = 2.
-    let dvc = |last_normal, sync_point, log: Vec<Entry>| Dvc { last_normal, sync_point, commit: 0, log };
+    let dvc = |last_normal, sync_point, log: Vec<Entry>| Dvc { last_normal, base: 0, sync_point, commit: 0, log };
     let mut dvcs = BTreeMap::new();
     dvcs.insert(1, dvc(3, 2, vec![e(1, 1), e(2, 2), e(5, 5), e(6, 6)]));
     dvcs.insert(2, dvc(3, 1, vec![e(1, 1), e(6, 6), e(7, 7)]));
     dvcs.insert(3, dvc(2, 4, vec![e(1, 1), e(9, 9), e(10, 10), e(11, 11)]));
-    let log = view::rebuild_log(&dvcs, 2);
+    let (base, log) = view::rebuild_log(&dvcs, 2);
+    assert_eq!(base, 0);
     let clients: Vec<u64> = log.iter().map(|e| e.cmd.client).collect();
     // Replica 3's older view does not count; 6 is on two qualified replicas, 5 and 7 on one.
     assert_eq!(clients, vec![1, 2, 6]);
+}
+
+#[test]
+fn snapshots_trim_the_log_below_what_every_replica_synced_and_survive_restarts_and_view_changes() {
+    let params = ProtocolParams { snapshot_every: 5, ..ProtocolParams::default() };
+    let mut net = Net::with_params(3, build, params);
+    net.run_for(Duration::from_millis(200));
+    for i in 0..20 {
+        net.request(1 + (i % 3) as NodeId, 100 + i, 1, put(&format!("s{}", i % 4), &format!("{i}")));
+        net.run_for(Duration::from_millis(60));
+    }
+    net.run_for(Duration::from_millis(300));
+    for id in 1..=3 {
+        assert!(extra(&net, id, "snapshots") >= 1, "n{id} took a snapshot");
+        assert!(extra(&net, id, "log_base") >= 10, "n{id} trimmed its log");
+    }
+    // A follower restarts from its compacted WAL (snapshot + suffix).
+    net.crash(3);
+    net.restart(3);
+    net.run_for(Duration::from_millis(300));
+    assert_eq!(net.executed(3), 20);
+    // The leader fails: the new view is built from trimmed logs.
+    net.crash(1);
+    net.run_for(Duration::from_millis(1500));
+    net.request(3, 200, 1, get("s3"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(200, 1), Some(&value("19")));
+    net.restart(1);
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.executed(1), 21);
+    net.assert_agreement();
 }

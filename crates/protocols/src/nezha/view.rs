@@ -50,7 +50,7 @@ impl Nezha {
     fn own_dvc(&self) -> Dvc {
         let mut log = self.log.clone();
         log.extend(self.unsynced.iter().map(|(id, cmd)| Entry { deadline: id.deadline, cmd: cmd.clone() }));
-        Dvc { last_normal: self.last_normal, sync_point: self.log.len() as u64, commit: self.commit, log }
+        Dvc { last_normal: self.last_normal, base: self.base, sync_point: self.len(), commit: self.commit, log }
     }
 
     fn send_dvc(&mut self, ctx: &mut Ctx<'_>) {
@@ -60,8 +60,8 @@ impl Nezha {
             self.dvcs.insert(self.id, dvc);
             self.try_finish_view_change(ctx);
         } else {
-            let Dvc { last_normal, sync_point, commit, log } = dvc;
-            ctx.send(leader, &Msg::DoViewChange { view: self.view, last_normal, sync_point, commit, log });
+            let Dvc { last_normal, base, sync_point, commit, log } = dvc;
+            ctx.send(leader, &Msg::DoViewChange { view: self.view, last_normal, sync_point, commit, base, log });
         }
     }
 
@@ -104,12 +104,12 @@ impl Nezha {
         if self.mode != Mode::ViewChange || self.dvcs.len() < self.f() + 1 || !self.dvcs.contains_key(&self.id) {
             return;
         }
-        let log = rebuild_log(&self.dvcs, self.f());
-        let commit = self.dvcs.values().map(|d| d.commit).max().unwrap_or(0).min(log.len() as u64);
-        self.dvcs.clear();
+        let (base, log) = rebuild_log(&self.dvcs, self.f());
+        let commit = self.dvcs.values().map(|d| d.commit).max().unwrap_or(0).min(base + log.len() as u64);
         // What this replica held that the new log lacks is appended again below (the
         // leader's liveness duty for late requests, §5.4).
-        let leftovers = self.install_log(ctx, log, commit);
+        let Some(leftovers) = self.install_log(ctx, base, log, commit) else { return };
+        self.dvcs.clear();
         self.last_normal = self.view;
         self.mode = Mode::Normal;
         self.persist(ctx, vec![Record::View { view: self.view, last_normal: self.view }]);
@@ -117,7 +117,7 @@ impl Nezha {
         for p in peers {
             self.send_start_view(ctx, p);
         }
-        let start = self.log.len() as u64 + 1;
+        let start = self.len() + 1;
         let mut late = self.dom.drain_late();
         late.extend(leftovers);
         for (_, cmd) in late {
@@ -136,16 +136,28 @@ impl Nezha {
     }
 
     fn send_start_view(&self, ctx: &mut Ctx<'_>, to: NodeId) {
-        ctx.send(to, &Msg::StartView { view: self.view, log: self.log.clone(), commit: self.commit });
+        ctx.send(to, &Msg::StartView { view: self.view, base: self.base, log: self.log.clone(), commit: self.commit });
     }
 
-    pub(super) fn on_start_view(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64, log: Vec<Entry>, commit: u64) {
+    pub(super) fn on_start_view(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        view: u64,
+        base: u64,
+        log: Vec<Entry>,
+        commit: u64,
+    ) {
         if view < self.view || from != self.leader_of(view) || (view == self.view && self.mode == Mode::Normal) {
             return;
         }
+        let commit = commit.min(base + log.len() as u64);
+        let old_view = self.view;
         self.view = view;
-        let commit = commit.min(log.len() as u64);
-        let leftovers = self.install_log(ctx, log, commit);
+        let Some(leftovers) = self.install_log(ctx, base, log, commit) else {
+            self.view = old_view;
+            return;
+        };
         for (d, cmd) in leftovers {
             self.dom.put_late(d, cmd);
         }
@@ -153,7 +165,7 @@ impl Nezha {
         self.mode = Mode::Normal;
         self.leader_contact = ctx.now;
         self.persist(ctx, vec![Record::View { view, last_normal: view }]);
-        ctx.send(from, &Msg::LogStatus { view, sync_point: self.log.len() as u64 });
+        ctx.send(from, &Msg::LogStatus { view, sync_point: self.len() });
         self.execute(ctx);
     }
 
@@ -163,14 +175,29 @@ impl Nezha {
         }
     }
 
-    /// Replace the log by a new view's log (persisted as one record); returns the requests
-    /// this replica held (logged or released) that the new log lacks.
-    fn install_log(&mut self, ctx: &mut Ctx<'_>, log: Vec<Entry>, commit: u64) -> Vec<(u64, Command)> {
+    /// Replace the log by a new view's log (the entries after `base`; this replica has the
+    /// log up to `base`: those positions are committed and were synced everywhere), persisted
+    /// as one record. Returns the requests this replica held (logged or released) that the
+    /// new log lacks, or None if this replica lacks positions up to `base` (impossible
+    /// while the trim bound holds; the view is then not joined).
+    fn install_log(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        base: u64,
+        entries: Vec<Entry>,
+        commit: u64,
+    ) -> Option<Vec<(u64, Command)>> {
+        if base > self.len() {
+            return None;
+        }
+        let mut log: Vec<Entry> =
+            if base > self.base { self.log[..(base - self.base) as usize].to_vec() } else { Vec::new() };
+        log.extend(entries.into_iter().skip(self.base.saturating_sub(base) as usize));
         let in_new: HashSet<LogId> = log.iter().map(|e| e.id()).collect();
         let in_new_req: HashSet<ReqId> = log.iter().map(|e| (e.cmd.client, e.cmd.seq)).collect();
         let mut leftovers = Vec::new();
         let old = std::mem::take(&mut self.log);
-        for e in old.into_iter().skip(self.applied as usize) {
+        for e in old.into_iter().skip(self.applied.saturating_sub(self.base) as usize) {
             if !in_new.contains(&e.id()) && !in_new_req.contains(&(e.cmd.client, e.cmd.seq)) {
                 leftovers.push((e.deadline, e.cmd));
             }
@@ -189,30 +216,31 @@ impl Nezha {
         }
         self.reindex();
         self.commit = self.commit.max(commit);
-        self.logged = self.log.len() as u64;
-        self.leader_len = self.log.len() as u64;
-        self.persist(ctx, vec![Record::Log { view: self.view, entries: self.log.clone() }]);
-        leftovers
+        self.logged = self.len();
+        self.leader_len = self.len();
+        self.persist(ctx, vec![Record::Log { view: self.view, base: self.base, entries: self.log.clone() }]);
+        Some(leftovers)
     }
 }
 
-/// The log rebuild of §6 over the DoViewChanges of f + 1 replicas.
-pub(super) fn rebuild_log(dvcs: &BTreeMap<NodeId, Dvc>, f: usize) -> Vec<Entry> {
-    let Some(latest) = dvcs.values().map(|d| d.last_normal).max() else { return Vec::new() };
+/// The log rebuild of §6 over the DoViewChanges of f + 1 replicas: the entries after the
+/// returned base.
+pub(super) fn rebuild_log(dvcs: &BTreeMap<NodeId, Dvc>, f: usize) -> (u64, Vec<Entry>) {
+    let Some(latest) = dvcs.values().map(|d| d.last_normal).max() else { return (0, Vec::new()) };
     let qualified: Vec<&Dvc> = dvcs.values().filter(|d| d.last_normal == latest).collect();
+    // The entries of a DoViewChange up to its sync-point, and after it.
+    let split = |d: &Dvc| (d.sync_point.saturating_sub(d.base) as usize).min(d.log.len());
     // (1) The longest synced prefix (all synced prefixes of one view are prefixes of the
     // view leader's log).
     let best = qualified.iter().max_by_key(|d| d.sync_point).expect("one qualified replica");
-    let sync = (best.sync_point as usize).min(best.log.len());
-    let mut log: Vec<Entry> = best.log[..sync].to_vec();
+    let mut log: Vec<Entry> = best.log[..split(best)].to_vec();
     let in_log: HashSet<LogId> = log.iter().map(|e| e.id()).collect();
     // (2) Later entries on ⌈f/2⌉ + 1 qualified replicas, by deadline.
     let need = f.div_ceil(2) + 1;
     let mut count: HashMap<LogId, (usize, &Entry)> = HashMap::new();
     for d in &qualified {
-        let from = (d.sync_point as usize).min(d.log.len());
         let mut seen = HashSet::new();
-        for e in &d.log[from..] {
+        for e in &d.log[split(d)..] {
             let id = e.id();
             if !in_log.contains(&id) && seen.insert(id) {
                 count.entry(id).or_insert((0, e)).0 += 1;
@@ -227,5 +255,5 @@ pub(super) fn rebuild_log(dvcs: &BTreeMap<NodeId, Dvc>, f: usize) -> Vec<Entry> 
             log.push(e.clone());
         }
     }
-    log
+    (best.base, log)
 }
