@@ -18,7 +18,8 @@ done
 # Non-default protocol options that change what is replicated or trimmed, and a tiny
 # catch-up chunk so that the simulated histories (tens of slots) reach the paths taken by a
 # far-behind replica (catch-up in chunks, Behind instead of a promise).
-for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2"; do
+for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" \
+  "nezha commutativity=off" "nezha catchup_chunk=2" "nezha speculate=off"; do
   set -- $opts
   p=$1; shift
   params=(); for kv in "$@"; do params+=(--param "$kv"); done

@@ -28,9 +28,11 @@
 //!   That replica answers the client with `Done` when it executes the request at the
 //!   commit-point (slow-path latency plus one message for followers' replies), so plain
 //!   clients never depend on speculation.
-//! - **execution at commit**: replicas execute committed entries only (the leader does not
-//!   yet execute speculatively: that needs rollback in the drivers). A proxy commits on the
-//!   first `Done` or on a fast/slow quorum of matching speculative replies.
+//! - **speculative execution** (§5.3): the leader executes each entry when it appends it
+//!   (`Action::Speculate`), the commit-point confirms it (`Apply`), a deposed leader rolls
+//!   back what is not confirmed (`Action::Rollback`, §6); followers execute committed entries
+//!   only. Clients are answered `Done` at the commit-point; a proxy commits on the first
+//!   `Done` or on a fast/slow quorum of matching speculative replies.
 //! - **disk-based** (§8.8): the view, the synced log and every new view's log are persisted
 //!   before the replica answers (the ordering contract holds messages until then), so a
 //!   restarted replica resumes in its view as a follower (or as the leader of its view) with
@@ -51,8 +53,9 @@
 //!   point). A replica that stays away keeps the others from trimming; a replica whose disk
 //!   is wiped cannot rejoin (that needs snapshot transfer, not implemented).
 //!
-//! Not yet: speculative execution at the leader with rollback, proxies as separate
-//! processes, snapshot transfer, the diskless mode, membership changes.
+//! Not yet: speculative replies to proxies (the hosts do not deliver `RequestMeta` to
+//! replicas yet), proxies as separate processes, snapshot transfer, the diskless mode,
+//! membership changes.
 
 pub mod dom;
 pub mod hash;
@@ -103,11 +106,14 @@ pub struct Options {
     pub owd_window: usize,
     /// The clamp D of §3, in milliseconds.
     pub owd_max_ms: u64,
+    /// The leader executes entries when it appends them (§5.3), provisionally, and a
+    /// deposed leader rolls them back (on by default).
+    pub speculate: bool,
 }
 
 impl Options {
     fn parse(p: &ProtocolParams) -> Result<Options, String> {
-        p.check_options("nezha", &["commutativity", "owd_percentile", "owd_window", "owd_max_ms"])?;
+        p.check_options("nezha", &["commutativity", "owd_percentile", "owd_window", "owd_max_ms", "speculate"])?;
         let num = |k: &str, d: u64| -> Result<u64, String> {
             match p.options.get(k) {
                 None => Ok(d),
@@ -119,6 +125,7 @@ impl Options {
             owd_percentile: num("owd_percentile", 50)? as u32,
             owd_window: num("owd_window", 1000)? as usize,
             owd_max_ms: num("owd_max_ms", 10)?,
+            speculate: p.flag("speculate", true)?,
         };
         if o.owd_percentile > 100 {
             return Err("option owd_percentile: at most 100".into());
@@ -201,6 +208,8 @@ pub struct Nezha {
     next_token: u64,
     commit: u64,
     applied: u64,
+    /// The leader: entries up to here are applied provisionally (`Action::Speculate`).
+    speculated: u64,
 
     // Leader.
     peer_sync: HashMap<NodeId, u64>,
@@ -259,6 +268,7 @@ impl Nezha {
             next_token: 1,
             commit: 0,
             applied: 0,
+            speculated: 0,
             peer_sync: HashMap::new(),
             pending_mods: BTreeMap::new(),
             leader_len: 0,
@@ -348,6 +358,7 @@ impl Nezha {
         let upto = self.commit.min(self.len());
         while self.applied < upto {
             self.applied += 1;
+            self.speculated = self.speculated.max(self.applied);
             let e = &self.log[self.at(self.applied)];
             let reply = self.waiting.remove(&(e.cmd.client, e.cmd.seq));
             ctx.apply(synod_core::Pos::slot(self.applied, 0), e.cmd.clone(), reply);
@@ -398,6 +409,29 @@ impl Nezha {
             records.push(vec![encode(&Record::Synced { index: i, entry: self.log[self.at(i)].clone() })]);
         }
         ctx.push(synod_core::protocol::compaction(token, records, true));
+    }
+
+    /// The leader executes what it appended, provisionally (§5.3, ④ in Fig. 4): the result
+    /// would go to a proxy in the leader's fast-reply; the commit-point confirms it.
+    fn speculate(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.opts.speculate || !self.is_leader() || self.mode != Mode::Normal {
+            return;
+        }
+        let from = self.speculated.max(self.applied).max(self.base) + 1;
+        for i in from..=self.len() {
+            let cmd = self.log[self.at(i)].cmd.clone();
+            ctx.push(synod_core::Action::Speculate { pos: synod_core::Pos::slot(i, 0), cmd, reply: None });
+        }
+        self.speculated = self.speculated.max(self.len());
+    }
+
+    /// Undo the provisional applies past the commit-point (a deposed leader, §6: "it needs
+    /// to abandon its current state").
+    fn roll_back(&mut self, ctx: &mut Ctx<'_>) {
+        if self.speculated > self.applied {
+            ctx.push(synod_core::Action::Rollback);
+        }
+        self.speculated = self.applied;
     }
 
     fn remember_client(&mut self, client: ClientRef, cmd: &Command) {
@@ -492,6 +526,7 @@ impl Protocol for Nezha {
         self.mode = if self.last_normal == self.view { Mode::Normal } else { Mode::ViewChange };
         self.durable = self.len();
         self.logged = self.durable;
+        self.speculated = self.applied;
         self.reindex();
         for e in &self.log {
             self.dom.note_released(&e.id(), &e.cmd);

@@ -99,6 +99,7 @@ impl Nezha {
         let records = (start..=len).map(|i| Record::Synced { index: i, entry: self.log[self.at(i)].clone() }).collect();
         self.logged = len;
         self.persist(ctx, records);
+        self.speculate(ctx);
         let ids: Vec<(LogId, u64)> = self.log[self.at(start)..].iter().map(|e| (e.id(), cmd_digest(&e.cmd))).collect();
         for chunk_start in (0..ids.len()).step_by(self.params.catchup_chunk.max(1)) {
             let end = (chunk_start + self.params.catchup_chunk.max(1)).min(ids.len());

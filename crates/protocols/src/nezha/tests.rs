@@ -211,3 +211,30 @@ fn snapshots_trim_the_log_below_what_every_replica_synced_and_survive_restarts_a
     assert_eq!(net.executed(1), 21);
     net.assert_agreement();
 }
+
+#[test]
+fn the_leader_executes_provisionally_and_a_deposed_leader_rolls_back() {
+    let mut net = net(3);
+    net.request(1, 300, 1, put("p", "1"));
+    net.run_for(Duration::from_millis(200));
+    // Cut the leader off: what it appends now is executed provisionally, never committed.
+    net.cut(&[(1, 2), (1, 3)]);
+    net.request(1, 301, 1, put("p", "2"));
+    assert_eq!(net.node(1).spec.pending(), 1, "the leader executed the request provisionally");
+    assert_eq!(net.node(1).sm.kv().get(b"p").map(|v| v.to_vec()), Some(b"2".to_vec()));
+    net.run_for(Duration::from_millis(1500));
+    // Nodes 2 and 3 moved on without it.
+    net.request(2, 302, 1, put("p", "3"));
+    net.run_for(Duration::from_millis(300));
+    assert_eq!(net.reply_for(302, 1), Some(&DONE));
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_millis(1500));
+    assert_eq!(net.node(1).spec.pending(), 0);
+    net.request(1, 303, 1, get("p"));
+    net.run_for(Duration::from_millis(500));
+    let replies: Vec<_> = net.replies.iter().filter(|r| r.client == 303).collect();
+    assert!(!replies.is_empty());
+    net.assert_agreement();
+    let digests: Vec<u64> = (1..=3).map(|id| net.node(id).sm.digest()).collect();
+    assert!(digests.windows(2).all(|w| w[0] == w[1]), "the old leader's provisional write was undone");
+}

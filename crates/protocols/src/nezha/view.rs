@@ -27,6 +27,7 @@ impl Nezha {
             return;
         }
         self.counters.view_changes += 1;
+        self.roll_back(ctx);
         // A deposed leader's log is not synced with anybody else's: its sync-point is
         // its whole log only as the leader of its last normal view, which it reports.
         self.view = view;
@@ -117,6 +118,7 @@ impl Nezha {
         for p in peers {
             self.send_start_view(ctx, p);
         }
+        self.speculate(ctx);
         let start = self.len() + 1;
         let mut late = self.dom.drain_late();
         late.extend(leftovers);
@@ -190,6 +192,7 @@ impl Nezha {
         if base > self.len() {
             return None;
         }
+        self.roll_back(ctx);
         let mut log: Vec<Entry> =
             if base > self.base { self.log[..(base - self.base) as usize].to_vec() } else { Vec::new() };
         log.extend(entries.into_iter().skip(self.base.saturating_sub(base) as usize));
