@@ -32,7 +32,8 @@ done
 # the snapshot path; paxos-lbr with RT=2 rejects at its leader.
 for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" \
   "mencius catchup_chunk=2" "epaxos reply=commit" "crossword config=rotate" "crossword config=1" \
-  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2"; do
+  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2" \
+  "nezha commutativity=off" "nezha catchup_chunk=2" "nezha speculate=off"; do
   set -- $opts
   p=$1; shift
   params=(); for kv in "$@"; do params+=(--param "$kv"); done

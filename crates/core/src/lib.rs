@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod quorum;
 pub mod session;
 pub mod snapshot;
+pub mod speculation;
 pub mod time;
 pub mod wire;
 
@@ -25,8 +26,8 @@ pub use client_policy::{ClientAction, ClientConfig, ClientCtx, ClientPolicy, Out
 pub use kv::{Command, Op, OpResult};
 pub use params::{Limits, ProtocolParams};
 pub use protocol::{
-    Action, ClientRef, Ctx, Event, MemberChange, MemberInfo, NodeId, Pos, Protocol, Reply, ReplyBody, Role, Status,
-    TimerId,
+    Action, ClientRef, Ctx, Event, MemberChange, MemberInfo, NodeId, Pos, Protocol, Reply, ReplyBody, Role,
+    SpeculativeReply, Status, TimerId,
 };
 pub use time::Time;
 

@@ -15,6 +15,8 @@
 //!    tail) in order, before any other event.
 //! 4. [`Action::Apply`] hands committed commands to the driver's state machine in the order
 //!    pushed; the driver replies to the client named in it with the result.
+//!    [`Action::Speculate`] applies one provisionally, [`Action::Rollback`] undoes those not
+//!    yet confirmed by an `Apply` ([`crate::speculation`]).
 
 use crate::client_policy::RequestMeta;
 use crate::kv::{Command, OpResult};
@@ -197,6 +199,19 @@ pub enum Action {
         cmd: Command,
         reply: Option<ClientRef>,
     },
+    /// Apply a command provisionally, before it is committed (Nezha's leader, §5.3): if
+    /// `reply` names a client of this replica, the driver answers it with
+    /// `Speculative { view, digest, result }`. A later [`Action::Apply`] of the same command
+    /// at the same position confirms it (it does not run twice); an `Apply` of anything else,
+    /// or [`Action::Rollback`], first undoes every provisional apply not yet confirmed.
+    /// Snapshots hold confirmed applies only (see [`crate::speculation`]).
+    Speculate {
+        pos: Pos,
+        cmd: Command,
+        reply: Option<SpeculativeReply>,
+    },
+    /// Undo every provisional apply not yet confirmed (a deposed Nezha leader, §6).
+    Rollback,
     /// Arm (or re-arm) a timer.
     SetTimer {
         timer: TimerId,
@@ -222,6 +237,14 @@ pub enum Action {
     MembershipChanged {
         members: Vec<MemberInfo>,
     },
+}
+
+/// Where and how a driver answers a provisional apply ([`Action::Speculate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpeculativeReply {
+    pub client: ClientRef,
+    pub view: u64,
+    pub digest: u64,
 }
 
 /// What a driver hands the protocol with each event.

@@ -4,14 +4,15 @@
 //! runtime, the simulator, the CLI) never `match` on protocol names: they look a protocol up
 //! here and call its constructor.
 
-pub mod crossword;
 pub mod admission;
+pub mod crossword;
 pub mod epaxos;
 pub mod holipaxos;
 pub mod idem;
 pub mod layers;
 pub mod mencius;
 pub mod multipaxos;
+pub mod nezha;
 pub mod raft;
 pub mod registry;
 pub mod rspaxos;
@@ -98,6 +99,14 @@ pub mod mutants {
             order: Order::Total,
             tolerates: crate::registry::minority,
             build: crate::crossword::mutants::build_short_quorum,
+        },
+        ProtocolInfo {
+            name: "nezha-small-quorum",
+            description: "Nezha whose leader fixes the commit-point from f sync-points (its own included), one short of f + 1",
+            client: home_policy,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::nezha::mutants::build_small_quorum,
         },
     ];
 

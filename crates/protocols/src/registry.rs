@@ -138,6 +138,14 @@ static REGISTRY: &[ProtocolInfo] = &[
         tolerates: minority,
         build: crate::layers::lbr::build,
     },
+    ProtocolInfo {
+        name: "nezha",
+        description: "Nezha: deadline-ordered multicast (DOM), leader log with log-modifications and sync-points, fast-path hashes and proxy quorum checks, VR-style view change; clients use any replica (it relays with a deadline)",
+        client: home_policy,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::nezha::build,
+    },
 ];
 
 /// Failures tolerated by protocols whose quorums are majorities: ⌊(n − 1)/2⌋.

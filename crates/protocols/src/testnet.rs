@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use synod_core::protocol::LoadInfo;
 use synod_core::session::StateMachine;
+use synod_core::speculation::Speculation;
 use synod_core::{
     rng_from_seed, Action, ClientRef, Command, Ctx, Event, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply,
     ReplyBody, Rng, Role, Time, TimerId,
@@ -21,6 +22,8 @@ pub type DropFilter = Box<dyn Fn(NodeId, NodeId, &[u8]) -> bool>;
 pub struct Node {
     pub p: Box<dyn Protocol>,
     pub sm: StateMachine,
+    /// Provisional applies not yet confirmed (`Action::Speculate`).
+    pub spec: Speculation,
     pub durable: Vec<Bytes>,
     timers: BTreeMap<TimerId, Time>,
     rng: Rng,
@@ -69,6 +72,7 @@ impl Net {
             net.nodes.push(Node {
                 p,
                 sm: StateMachine::new(),
+                spec: Speculation::default(),
                 durable: Vec::new(),
                 timers: BTreeMap::new(),
                 rng: rng_from_seed(i as u64 + 1),
@@ -122,7 +126,7 @@ impl Net {
                 }
                 Action::Reply { reply, .. } => self.replies.push(reply),
                 Action::Apply { pos, cmd, reply } => {
-                    let r = node.sm.apply_at(pos, &cmd).result();
+                    let r = node.spec.apply(&mut node.sm, pos, &cmd);
                     node.applied.push((pos, cmd.clone()));
                     if reply.is_some() {
                         self.replies.push(Reply {
@@ -133,6 +137,16 @@ impl Net {
                         });
                     }
                 }
+                Action::Speculate { pos, cmd, reply } => {
+                    let r = node.spec.speculate(&mut node.sm, pos, &cmd);
+                    if let Some(s) = reply {
+                        let body = ReplyBody::Speculative { view: s.view, digest: s.digest, result: Some(r) };
+                        self.replies.push(Reply { client: cmd.client, seq: cmd.seq, from: id, body });
+                    }
+                }
+                Action::Rollback => {
+                    node.spec.rollback(&mut node.sm);
+                }
                 Action::SetTimer { timer, after } => {
                     node.timers.insert(timer, self.now + after);
                 }
@@ -140,10 +154,12 @@ impl Net {
                     node.timers.remove(&timer);
                 }
                 Action::TakeSnapshot { token } => {
-                    followups.push(Event::SnapshotTaken { token, data: Bytes::from(node.sm.snapshot()) });
+                    let data = Bytes::from(node.spec.settled(&node.sm).snapshot());
+                    followups.push(Event::SnapshotTaken { token, data });
                 }
                 Action::InstallSnapshot { data } => {
                     node.sm = StateMachine::restore(&data).expect("valid snapshot");
+                    node.spec.reset();
                 }
                 Action::MembershipChanged { members } => {
                     node.members = Some(members.iter().map(|m| m.id).collect());
@@ -270,6 +286,7 @@ impl Net {
         let i = Self::idx(id);
         self.nodes[i].p = (self.build)(&self.setup[i]).expect("valid setup");
         self.nodes[i].sm = StateMachine::for_order(self.order);
+        self.nodes[i].spec.reset();
         self.nodes[i].applied.clear();
         self.nodes[i].up = true;
         self.recover(id);
@@ -289,6 +306,7 @@ impl Net {
         self.nodes.push(Node {
             p,
             sm: StateMachine::for_order(self.order),
+            spec: Speculation::default(),
             durable: Vec::new(),
             timers: BTreeMap::new(),
             rng: rng_from_seed(id as u64),

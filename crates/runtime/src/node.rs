@@ -23,8 +23,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 use synod_core::session::StateMachine;
+use synod_core::speculation::Speculation;
 use synod_core::wire::ServerMsg;
-use synod_core::{Action, ClientRef, Ctx, Event, NodeId, Protocol, Reply, ReplyBody, Rng, Status, Time};
+use synod_core::{
+    Action, ClientRef, Ctx, Event, NodeId, Protocol, Reply, ReplyBody, Rng, SpeculativeReply, Status, Time,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, error, warn};
@@ -103,6 +106,8 @@ pub struct Driver {
     pub(crate) id: NodeId,
     protocol: Box<dyn Protocol>,
     sm: StateMachine,
+    /// Provisional applies not yet confirmed (`Action::Speculate`).
+    spec: Speculation,
     /// `None` while a commit runs on a blocking thread, or for `in_memory` replicas.
     storage: Option<Box<dyn Storage>>,
     in_memory: bool,
@@ -157,6 +162,7 @@ impl Driver {
             id,
             protocol,
             sm: StateMachine::new(),
+            spec: Speculation::default(),
             in_memory: storage.is_none(),
             storage,
             timers: Timers::default(),
@@ -196,6 +202,7 @@ impl Driver {
     /// expiry and session eviction accordingly (`synod_core::session::Order`).
     pub fn set_order(&mut self, order: synod_core::session::Order) {
         self.sm = StateMachine::for_order(order);
+        self.spec.reset();
     }
 
     /// Hand the recovered records to the protocol; must come before any event.
@@ -360,13 +367,24 @@ impl Driver {
                 }
             },
             Action::Apply { pos, cmd, reply } => {
-                let result = self.sm.apply_at(pos, &cmd).result();
+                let result = self.spec.apply(&mut self.sm, pos, &cmd);
                 self.metrics.applied.increment(1);
                 if let Some(client) = reply {
                     let reply =
                         Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::Done(result) };
                     self.outgoing(Outgoing::Client(client, reply), turn);
                 }
+            }
+            Action::Speculate { pos, cmd, reply } => {
+                let result = self.spec.speculate(&mut self.sm, pos, &cmd);
+                if let Some(SpeculativeReply { client, view, digest }) = reply {
+                    let body = ReplyBody::Speculative { view, digest, result: Some(result) };
+                    let reply = Reply { client: cmd.client, seq: cmd.seq, from: self.id, body };
+                    self.outgoing(Outgoing::Client(client, reply), turn);
+                }
+            }
+            Action::Rollback => {
+                self.spec.rollback(&mut self.sm);
             }
             Action::SetTimer { timer, after } => self.timers.set(timer, Instant::now() + after),
             Action::CancelTimer { timer } => self.timers.cancel(timer),
@@ -377,7 +395,8 @@ impl Driver {
                 // learns of it through a later `SnapshotTaken` event, as it would of a slow
                 // disk; it keeps replicating and applying meanwhile.
                 let started = Instant::now();
-                let sm = self.sm.clone();
+                // Confirmed applies only: a provisional one may still be rolled back.
+                let sm = self.spec.settled(&self.sm).clone();
                 self.metrics.snapshot_pause_seconds.record(started.elapsed().as_secs_f64());
                 let (tx, metrics) = (self.snapshots_tx.clone(), self.metrics.clone());
                 let serialize = move || {
@@ -401,7 +420,10 @@ impl Driver {
                 }
             }
             Action::InstallSnapshot { data } => match StateMachine::restore(&data) {
-                Ok(sm) => self.sm = sm,
+                Ok(sm) => {
+                    self.sm = sm;
+                    self.spec.reset();
+                }
                 Err(e) => error!("not installing snapshot of {} bytes: {e}; keeping the current state", data.len()),
             },
         }

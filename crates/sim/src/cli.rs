@@ -64,7 +64,9 @@ pub struct CheckSummary {
 
 /// Counters protocols report in `Status::extra` that say which paths a schedule exercised
 /// (EPaxos: slow path, SCCs of more than one instance, recovery; Mencius: skips and
-/// revocations). `synod check` prints in how many schedules each was non-zero at the end.
+/// revocations; Nezha: entries a follower found in place — what a fast path needs — or had
+/// to move, fetch or wait for, late arrivals, deadline modifications, view changes).
+/// `synod check` prints in how many schedules each was non-zero at the end.
 pub const PATH_COUNTERS: &[&str] = &[
     "fast_path",
     "slow_path",
@@ -76,6 +78,12 @@ pub const PATH_COUNTERS: &[&str] = &[
     "snapshots",
     "skips",
     "revocations",
+    "synced_in_place",
+    "synced_moved",
+    "fetched",
+    "late",
+    "deadline_modified",
+    "view_changes",
 ];
 
 /// Lines of trace shown with a violation.

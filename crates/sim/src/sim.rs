@@ -27,10 +27,11 @@ use std::fmt;
 use std::time::Duration;
 use synod_core::client_policy::{ClientAction, ClientConfig, ClientCtx, ClientPolicy, Outcome, RetryTimes};
 use synod_core::session::StateMachine;
+use synod_core::speculation::Speculation;
 use synod_core::RequestMeta;
 use synod_core::{
     Action, ClientRef, Command, Ctx, Event, MemberChange, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply,
-    ReplyBody, Rng, Role, Status, Time, TimerId,
+    ReplyBody, Rng, Role, SpeculativeReply, Status, Time, TimerId,
 };
 use synod_protocols::registry::{ProtocolInfo, Setup};
 
@@ -518,8 +519,11 @@ struct Replica {
     incarnation: u64,
     rng: Rng,
     clock: Clock,
-    /// Positions applied to `sm` since it was last reset.
+    /// Positions applied to `sm` since it was last reset (final applies only).
     applied: BTreeSet<Pos>,
+    /// Provisional applies not yet confirmed (`Action::Speculate`); the checks look at the
+    /// settled state.
+    spec: Speculation,
     /// The configuration the replica last reported (`Action::MembershipChanged`): its
     /// broadcasts go there. None = the initial one.
     view: Option<Vec<NodeId>>,
@@ -552,6 +556,11 @@ impl Clock {
 }
 
 impl Replica {
+    /// The state machine with final applies only.
+    fn settled(&self) -> &StateMachine {
+        self.spec.settled(&self.sm)
+    }
+
     fn local_time(&self, now: u64) -> Time {
         self.clock.local_time(now)
     }
@@ -703,6 +712,7 @@ impl<'a> Sim<'a> {
                     rng: derive_rng(cfg.seed, STREAM_REPLICA, (i as u64) << 32),
                     clock,
                     applied: BTreeSet::new(),
+                    spec: Speculation::default(),
                     view: None,
                 }
             })
@@ -1000,6 +1010,7 @@ impl<'a> Sim<'a> {
         let Some(mut proto) = self.build(node) else { return };
         let r = &mut self.replicas[node];
         r.sm = StateMachine::for_order(self.cfg.protocol.order);
+        r.spec.reset();
         r.applied.clear();
         r.timers.clear();
         let id = r.id;
@@ -1079,6 +1090,24 @@ impl<'a> Sim<'a> {
                     }
                 }
                 Action::Apply { pos, cmd, reply } => self.apply(node, pos, cmd, reply),
+                Action::Speculate { pos, cmd, reply } => {
+                    // Provisional: not an agreement fact until an Apply confirms it.
+                    self.log(&who, || format!("speculate {pos} c{:x}#{} {:?}", cmd.client, cmd.seq, cmd.op));
+                    let r = &mut self.replicas[node];
+                    let result = r.spec.speculate(&mut r.sm, pos, &cmd);
+                    if let Some(SpeculativeReply { client, view, digest }) = reply {
+                        if client.node == id {
+                            let body = ReplyBody::Speculative { view, digest, result: Some(result) };
+                            let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body };
+                            self.reply_to_client(node, client.conn, reply);
+                        }
+                    }
+                }
+                Action::Rollback => {
+                    let r = &mut self.replicas[node];
+                    let undone = r.spec.rollback(&mut r.sm);
+                    self.log(&who, || format!("rollback ({undone} provisional applies undone)"));
+                }
                 Action::SetTimer { timer, after } => {
                     let r = &mut self.replicas[node];
                     r.next_generation += 1;
@@ -1092,7 +1121,7 @@ impl<'a> Sim<'a> {
                     self.replicas[node].timers.remove(&timer);
                 }
                 Action::TakeSnapshot { token } => {
-                    let data = Bytes::from(self.replicas[node].sm.snapshot());
+                    let data = Bytes::from(self.replicas[node].settled().snapshot());
                     let at = self.now + uniform(&mut self.net.rng, 100 * US, 2 * MS);
                     let incarnation = self.replicas[node].incarnation;
                     self.log(&who, || format!("take snapshot {token}"));
@@ -1105,6 +1134,7 @@ impl<'a> Sim<'a> {
                         });
                         let r = &mut self.replicas[node];
                         r.sm = sm;
+                        r.spec.reset();
                         r.applied.clear();
                     }
                     Err(e) => self.fail(FailureKind::Snapshot, format!("n{id}: {e}")),
@@ -1170,7 +1200,8 @@ impl<'a> Sim<'a> {
             self.fail(FailureKind::DoubleApply, format!("n{id} applied position {pos} twice"));
             return;
         }
-        let result = self.replicas[node].sm.apply_at(pos, &cmd).result();
+        let r = &mut self.replicas[node];
+        let result = r.spec.apply(&mut r.sm, pos, &cmd);
         if let Some(c) = reply {
             if c.node == id {
                 let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
@@ -1319,6 +1350,7 @@ impl<'a> Sim<'a> {
         r.compacting = None;
         r.incarnation += 1;
         r.sm = StateMachine::for_order(self.cfg.protocol.order);
+        r.spec.reset();
         r.applied.clear();
         let id = r.id;
         self.log(&format!("n{id}"), || "CRASH".into());
@@ -1364,7 +1396,8 @@ impl<'a> Sim<'a> {
         let mut by_set: BTreeMap<u64, (NodeId, u64)> = BTreeMap::new();
         let mut by_count: BTreeMap<u64, (NodeId, u64)> = BTreeMap::new();
         for r in self.replicas.iter().filter(|r| r.proto.is_some()) {
-            let (set, count, digest) = (r.sm.positions_fingerprint(), r.sm.applied_count(), r.sm.digest());
+            let sm = r.settled();
+            let (set, count, digest) = (sm.positions_fingerprint(), sm.applied_count(), sm.digest());
             let mut clash = None;
             if let Some(&(other, d)) = by_set.get(&set) {
                 if d != digest {
@@ -1393,13 +1426,13 @@ impl<'a> Sim<'a> {
         // The final configuration is what the most advanced replica knows (a removed one
         // may never learn of its removal: nobody talks to it any more).
         let initial: Vec<NodeId> = self.members.iter().copied().filter(|m| !self.cfg.learners.contains(m)).collect();
-        let last = self.replicas.iter().max_by_key(|r| r.sm.applied_count()).and_then(|r| r.view.clone());
+        let last = self.replicas.iter().max_by_key(|r| r.settled().applied_count()).and_then(|r| r.view.clone());
         let last = last.unwrap_or(initial);
         let members_equal = self
             .replicas
             .iter()
             .filter(|r| last.contains(&r.id))
-            .map(|r| r.sm.positions_fingerprint())
+            .map(|r| r.settled().positions_fingerprint())
             .collect::<BTreeSet<u64>>()
             .len()
             == 1;
@@ -1424,7 +1457,7 @@ impl<'a> Sim<'a> {
                 .iter()
                 .map(|r| {
                     let role = r.proto.as_ref().map(|p| p.status().role.to_string()).unwrap_or("down".into());
-                    format!("n{} {role} applied={}", r.id, r.sm.applied_count())
+                    format!("n{} {role} applied={}", r.id, r.settled().applied_count())
                 })
                 .collect();
             let detail = format!(

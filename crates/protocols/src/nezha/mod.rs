@@ -1,0 +1,635 @@
+//! Nezha (Geng, Sivaraman, Prabhakar, Rosenblum, "Nezha: Deployable and High-Performance
+//! Consensus Using Synchronized Clocks", VLDB 2023).
+//!
+//! One leader and 2f followers (§4). Requests are multicast with a *deadline* (send time plus
+//! an estimated one-way delay) and every replica releases them from its *early-buffer* in
+//! deadline order when its own clock passes the deadline (Deadline-Ordered Multicast, DOM,
+//! §3, [`dom`]), so most requests land at the same log position everywhere:
+//!
+//! - **Fast path** (§5.3, Fig. 4, [`normal`]): on release the leader appends (and executes)
+//!   the request and answers with the result, followers append it and answer with a hash of
+//!   their log ([`hash`], §7.1; per key with the commutativity optimization, §7.2). A proxy
+//!   that sees matching (view, hash) replies from a super quorum f + ⌈f/2⌉ + 1 including the
+//!   leader commits in one round trip ([`proxy`]).
+//! - **Slow path** (§5.4, Fig. 5, [`normal`]): the leader picks late requests out of its
+//!   late-buffer by moving their deadline, and broadcasts *log-modification*s (the log-ids of
+//!   its entries); followers make their logs match (taking requests from their own buffers,
+//!   fetching the rest), advance their *sync-point* and report it (*log-status*, also their
+//!   *slow-reply*); an entry is committed once the leader and f followers have synced it.
+//!   The leader broadcasts its *commit-point* (§7.3); every replica executes its log up to it.
+//! - **View change** (§6, [`view`]): Viewstamped-Replication style; the new leader rebuilds
+//!   the log from f + 1 replicas of the latest normal view: the longest synced prefix, plus
+//!   the later entries found on ⌈f/2⌉ + 1 of them, sorted by deadline.
+//!
+//! Choices where the paper leaves room, and deviations:
+//! - **plain clients**: a client that talks to one replica makes that replica the request's
+//!   proxy: it stamps the deadline from its own one-way-delay estimates to its peers (§3's
+//!   estimator over the `sent_at` of peer messages) and relays the request to every peer.
+//!   That replica answers the client with `Done` when it executes the request at the
+//!   commit-point (slow-path latency plus one message for followers' replies), so plain
+//!   clients never depend on speculation.
+//! - **speculative execution** (§5.3): the leader executes each entry when it appends it
+//!   (`Action::Speculate`), the commit-point confirms it (`Apply`), a deposed leader rolls
+//!   back what is not confirmed (`Action::Rollback`, §6); followers execute committed entries
+//!   only. Clients are answered `Done` at the commit-point; a proxy commits on the first
+//!   `Done` or on a fast/slow quorum of matching speculative replies.
+//! - **disk-based** (§8.8): the view, the synced log and every new view's log are persisted
+//!   before the replica answers (the ordering contract holds messages until then), so a
+//!   restarted replica resumes in its view as a follower (or as the leader of its view) with
+//!   its log and re-executes committed entries. The diskless mode with crash vectors is not
+//!   implemented.
+//! - a receiver clamps a deadline more than `owd_max_ms` ahead of its own clock to that
+//!   bound (badly skewed clocks then cost fast commits, never a long hold).
+//! - **retries**: the leader appends a request again unless it is in the uncommitted part of
+//!   its log; executing a retry twice is harmless (the session table answers it from the
+//!   first execution). A follower checks that its copy of a request is the leader's (a digest
+//!   of the command) before putting it in its log.
+//!
+//! - **checkpoints** (§7.3): every `snapshot_every` executed entries a replica snapshots its
+//!   state machine and compacts its WAL to the snapshot plus the log after it; the log is
+//!   trimmed only below the *stable* point — the smallest sync-point of all replicas in the
+//!   leader's view, announced with the commit-point — so no replica ever needs a trimmed
+//!   entry from another (view changes and fetches carry the log after each replica's trim
+//!   point). A replica that stays away keeps the others from trimming; a replica whose disk
+//!   is wiped cannot rejoin (that needs snapshot transfer, not implemented).
+//!
+//! Not yet: speculative replies to proxies (the hosts do not deliver `RequestMeta` to
+//! replicas yet), proxies as separate processes, snapshot transfer, the diskless mode,
+//! membership changes.
+
+pub mod dom;
+pub mod hash;
+pub mod msg;
+pub mod proxy;
+#[cfg(test)]
+mod tests;
+
+mod normal;
+mod view;
+
+use crate::registry::Setup;
+use bytes::Bytes;
+use dom::{Dom, OwdEstimator};
+use hash::SetHash;
+use msg::{Entry, LogId, Msg, Record, ReqId};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+use synod_core::protocol::{decode, encode};
+use synod_core::{ClientRef, Command, Ctx, Event, NodeId, Protocol, ProtocolParams, ReplyBody, Role, Status, Time};
+
+const TIMER_TICK: u64 = 1;
+const TIMER_RELEASE: u64 = 2;
+/// Most client connections remembered for requests not yet executed here.
+const MAX_WAITING: usize = 1 << 16;
+
+/// Registry constructor.
+pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    Ok(Box::new(Nezha::new(setup, Variant::default())?))
+}
+
+/// Deliberate deviations, used only by the mutation tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Variant {
+    /// The leader counts a quorum one replica too small for the commit-point (f followers'
+    /// sync-points minus one).
+    pub small_quorum: bool,
+}
+
+/// Options (`synod … -p key=value`).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The commutativity optimization of §7.2 (on by default).
+    pub commutativity: bool,
+    /// Percentile of the OWD window that sets deadlines (§3; the paper uses 50).
+    pub owd_percentile: u32,
+    /// OWD samples kept per peer.
+    pub owd_window: usize,
+    /// The clamp D of §3, in milliseconds.
+    pub owd_max_ms: u64,
+    /// The leader executes entries when it appends them (§5.3), provisionally, and a
+    /// deposed leader rolls them back (on by default).
+    pub speculate: bool,
+}
+
+impl Options {
+    fn parse(p: &ProtocolParams) -> Result<Options, String> {
+        p.check_options("nezha", &["commutativity", "owd_percentile", "owd_window", "owd_max_ms", "speculate"])?;
+        let num = |k: &str, d: u64| -> Result<u64, String> {
+            match p.options.get(k) {
+                None => Ok(d),
+                Some(v) => v.parse().map_err(|_| format!("option {k}: expected a number, got {v:?}")),
+            }
+        };
+        let o = Options {
+            commutativity: p.flag("commutativity", true)?,
+            owd_percentile: num("owd_percentile", 50)? as u32,
+            owd_window: num("owd_window", 1000)? as usize,
+            owd_max_ms: num("owd_max_ms", 10)?,
+            speculate: p.flag("speculate", true)?,
+        };
+        if o.owd_percentile > 100 {
+            return Err("option owd_percentile: at most 100".into());
+        }
+        Ok(o)
+    }
+}
+
+/// §5.1 *status*.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Normal,
+    ViewChange,
+}
+
+/// A DoViewChange as the new leader keeps it.
+#[derive(Clone, Debug)]
+struct Dvc {
+    last_normal: u64,
+    /// `log` holds the positions after `base`.
+    base: u64,
+    sync_point: u64,
+    commit: u64,
+    log: Vec<Entry>,
+}
+
+/// Counters shown in the status.
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    /// Requests that went to a late-buffer on arrival.
+    late: u64,
+    /// Late requests whose deadline the leader moved (§5.4 ③).
+    modified: u64,
+    /// Entries a follower synced from a request it had released at the same position with
+    /// the same deadline (what a fast path needs) vs. from elsewhere (slow path only).
+    synced_in_place: u64,
+    synced_moved: u64,
+    /// Entries fetched from the leader.
+    fetched: u64,
+    view_changes: u64,
+}
+
+pub struct Nezha {
+    id: NodeId,
+    /// Sorted; the leader of view v is `members[v % n]` (§5.1).
+    members: Vec<NodeId>,
+    params: ProtocolParams,
+    opts: Options,
+    variant: Variant,
+
+    view: u64,
+    last_normal: u64,
+    mode: Mode,
+
+    dom: Dom,
+    /// The log synced with the leader of `view` (the leader's own log) after `base`:
+    /// position i at `[i - base - 1]`.
+    log: Vec<Entry>,
+    /// Entries trimmed from the front of the log: committed and synced by every replica
+    /// (so no replica ever needs them from another), and covered by a snapshot.
+    base: u64,
+    /// Every replica has synced the log up to here (the leader's minimum over all
+    /// sync-points, announced with the commit-point): the trim bound.
+    stable: u64,
+    /// A snapshot requested: its token and the log position it covers.
+    snap_pending: Option<(u64, u64)>,
+    snapshots: u64,
+    /// Where each request's latest copy sits in `log`.
+    index_of: HashMap<ReqId, u64>,
+    /// Followers: requests released from the early-buffer, not yet placed by the leader.
+    unsynced: BTreeMap<LogId, Command>,
+    unsynced_ids: HashMap<ReqId, u64>,
+    /// The set hash of `log` ∪ `unsynced`.
+    hash: SetHash,
+    /// Log entries handed to the WAL, and those known durable (the leader counts itself
+    /// for the commit-point only with those).
+    logged: u64,
+    durable: u64,
+    persisting: BTreeMap<u64, u64>,
+    next_token: u64,
+    commit: u64,
+    applied: u64,
+    /// The leader: entries up to here are applied provisionally (`Action::Speculate`).
+    speculated: u64,
+
+    // Leader.
+    peer_sync: HashMap<NodeId, u64>,
+    // Follower.
+    pending_mods: BTreeMap<u64, (LogId, u64)>,
+    leader_len: u64,
+    fetch_sent: Option<Time>,
+    leader_contact: Time,
+    election_timeout: Duration,
+    // View change.
+    dvcs: BTreeMap<NodeId, Dvc>,
+    vc_started: Time,
+    ticks: u64,
+    /// The tick of the last DoViewChange resent.
+    dvc_tick: u64,
+
+    /// Clients waiting here for a request's execution.
+    waiting: HashMap<ReqId, ClientRef>,
+    owd: OwdEstimator,
+    counters: Counters,
+}
+
+impl Nezha {
+    pub(crate) fn new(setup: &Setup, variant: Variant) -> Result<Nezha, String> {
+        let opts = Options::parse(&setup.params)?;
+        let mut members = setup.members.clone();
+        members.sort_unstable();
+        members.dedup();
+        if !members.contains(&setup.id) {
+            return Err(format!("replica {} is not a member of {members:?}", setup.id));
+        }
+        let owd_max = Duration::from_millis(opts.owd_max_ms).as_nanos() as u64;
+        Ok(Nezha {
+            id: setup.id,
+            members,
+            params: setup.params.clone(),
+            dom: Dom::new(opts.commutativity),
+            owd: OwdEstimator::new(opts.owd_window, opts.owd_percentile, owd_max),
+            opts,
+            variant,
+            view: 0,
+            last_normal: 0,
+            mode: Mode::Normal,
+            log: Vec::new(),
+            base: 0,
+            stable: 0,
+            snap_pending: None,
+            snapshots: 0,
+            index_of: HashMap::new(),
+            unsynced: BTreeMap::new(),
+            unsynced_ids: HashMap::new(),
+            hash: SetHash::default(),
+            logged: 0,
+            durable: 0,
+            persisting: BTreeMap::new(),
+            next_token: 1,
+            commit: 0,
+            applied: 0,
+            speculated: 0,
+            peer_sync: HashMap::new(),
+            pending_mods: BTreeMap::new(),
+            leader_len: 0,
+            fetch_sent: None,
+            leader_contact: Time::ZERO,
+            election_timeout: Duration::from_millis(setup.params.election_timeout_max_ms),
+            dvcs: BTreeMap::new(),
+            vc_started: Time::ZERO,
+            ticks: 0,
+            dvc_tick: 0,
+            waiting: HashMap::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The log's last position.
+    fn len(&self) -> u64 {
+        self.base + self.log.len() as u64
+    }
+
+    /// Where position `i` (> base) sits in `log`.
+    fn at(&self, i: u64) -> usize {
+        (i - self.base - 1) as usize
+    }
+
+    fn n(&self) -> usize {
+        self.members.len()
+    }
+
+    /// f for n = 2f + 1.
+    fn f(&self) -> usize {
+        (self.n() - 1) / 2
+    }
+
+    fn leader_of(&self, view: u64) -> NodeId {
+        self.members[(view % self.n() as u64) as usize]
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leader_of(self.view) == self.id
+    }
+
+    fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.members.iter().copied().filter(move |&m| m != self.id)
+    }
+
+    fn owd_max(&self) -> u64 {
+        Duration::from_millis(self.opts.owd_max_ms).as_nanos() as u64
+    }
+
+    fn persist(&mut self, ctx: &mut Ctx<'_>, records: Vec<Record>) {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.persisting.insert(token, self.len());
+        ctx.persist(token, records.iter().map(encode).collect());
+    }
+
+    fn on_persisted(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+        // Persists complete in order: everything up to this token is durable.
+        let done: Vec<u64> = self.persisting.range(..=token).map(|(t, _)| *t).collect();
+        for t in done {
+            if let Some(len) = self.persisting.remove(&t) {
+                self.durable = self.durable.max(len).min(self.len());
+            }
+        }
+        if self.is_leader() && self.mode == Mode::Normal {
+            self.update_commit(ctx);
+        }
+    }
+
+    /// Rebuild the request index and the set hash from `log` and `unsynced`.
+    fn reindex(&mut self) {
+        self.index_of.clear();
+        self.hash.clear();
+        for (i, e) in self.log.iter().enumerate() {
+            self.index_of.insert((e.cmd.client, e.cmd.seq), self.base + i as u64 + 1);
+            self.hash.toggle(&e.id(), &e.cmd);
+        }
+        for (id, cmd) in &self.unsynced {
+            self.hash.toggle(id, cmd);
+        }
+    }
+
+    /// Execute the log up to the commit-point (§5.4, §7.3), answering the clients waiting
+    /// here.
+    fn execute(&mut self, ctx: &mut Ctx<'_>) {
+        let upto = self.commit.min(self.len());
+        while self.applied < upto {
+            self.applied += 1;
+            self.speculated = self.speculated.max(self.applied);
+            let e = &self.log[self.at(self.applied)];
+            let reply = self.waiting.remove(&(e.cmd.client, e.cmd.seq));
+            ctx.apply(synod_core::Pos::slot(self.applied, 0), e.cmd.clone(), reply);
+        }
+        self.maybe_snapshot(ctx);
+    }
+
+    /// Every `snapshot_every` entries that every replica has synced and this one executed,
+    /// snapshot the state machine, then trim the log and compact the WAL (§7.3's periodic
+    /// checkpoints).
+    fn maybe_snapshot(&mut self, ctx: &mut Ctx<'_>) {
+        let every = self.params.snapshot_every;
+        if every == 0 || self.snap_pending.is_some() || self.applied.min(self.stable) < self.base + every {
+            return;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.snap_pending = Some((token, self.applied));
+        ctx.push(synod_core::Action::TakeSnapshot { token });
+    }
+
+    fn on_snapshot_taken(&mut self, ctx: &mut Ctx<'_>, token: u64, data: Bytes) {
+        let Some((t, index)) = self.snap_pending else { return };
+        if t != token {
+            return;
+        }
+        self.snap_pending = None;
+        let trim = index.min(self.stable).min(self.len());
+        if trim <= self.base {
+            return;
+        }
+        for e in self.log.drain(..(trim - self.base) as usize) {
+            let req = (e.cmd.client, e.cmd.seq);
+            if self.index_of.get(&req).is_some_and(|&i| i <= trim) {
+                self.index_of.remove(&req);
+            }
+        }
+        self.base = trim;
+        self.snapshots += 1;
+        // The image: the view, the snapshot (state after `index`, log kept from `trim`),
+        // and the entries handed to the WAL already.
+        let head = Record::Snapshot { index, base: trim, data: Bytes::new() };
+        let mut records = vec![
+            vec![encode(&Record::View { view: self.view, last_normal: self.last_normal })],
+            synod_core::protocol::encode_with_payload(&head, data),
+        ];
+        for i in trim + 1..=self.logged.min(self.len()) {
+            records.push(vec![encode(&Record::Synced { index: i, entry: self.log[self.at(i)].clone() })]);
+        }
+        ctx.push(synod_core::protocol::compaction(token, records, true));
+    }
+
+    /// The leader executes what it appended, provisionally (§5.3, ④ in Fig. 4): the result
+    /// would go to a proxy in the leader's fast-reply; the commit-point confirms it.
+    fn speculate(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.opts.speculate || !self.is_leader() || self.mode != Mode::Normal {
+            return;
+        }
+        let from = self.speculated.max(self.applied).max(self.base) + 1;
+        for i in from..=self.len() {
+            let cmd = self.log[self.at(i)].cmd.clone();
+            ctx.push(synod_core::Action::Speculate { pos: synod_core::Pos::slot(i, 0), cmd, reply: None });
+        }
+        self.speculated = self.speculated.max(self.len());
+    }
+
+    /// Undo the provisional applies past the commit-point (a deposed leader, §6: "it needs
+    /// to abandon its current state").
+    fn roll_back(&mut self, ctx: &mut Ctx<'_>) {
+        if self.speculated > self.applied {
+            ctx.push(synod_core::Action::Rollback);
+        }
+        self.speculated = self.applied;
+    }
+
+    fn remember_client(&mut self, client: ClientRef, cmd: &Command) {
+        if self.waiting.len() >= MAX_WAITING {
+            // The client retries after its timeout; an unbounded table would not help it.
+            return;
+        }
+        self.waiting.insert((cmd.client, cmd.seq), client);
+    }
+
+    fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.set_timer(TIMER_TICK, self.params.heartbeat());
+        self.ticks += 1;
+        match self.mode {
+            Mode::Normal if self.is_leader() => self.leader_tick(ctx),
+            Mode::Normal => {
+                if ctx.now.since(self.leader_contact) > self.election_timeout {
+                    self.start_view_change(ctx, self.view + 1);
+                } else {
+                    self.follower_tick(ctx);
+                }
+            }
+            Mode::ViewChange => {
+                if ctx.now.since(self.vc_started) > self.election_timeout {
+                    self.start_view_change(ctx, self.view + 1);
+                } else {
+                    self.view_change_tick(ctx);
+                }
+            }
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::Request { deadline, cmd } => self.receive(ctx, deadline, cmd),
+            Msg::LogMod { view, start, ids, commit, stable } => {
+                self.on_log_mod(ctx, from, view, start, ids, (commit, stable))
+            }
+            Msg::Fetch { view, from: index } => self.on_fetch(ctx, from, view, index),
+            Msg::Entries { view, start, entries, commit } => self.on_entries(ctx, from, view, start, entries, commit),
+            Msg::LogStatus { view, sync_point } => self.on_log_status(ctx, from, view, sync_point),
+            Msg::ViewChange { view } => self.on_view_change(ctx, from, view),
+            Msg::DoViewChange { view, last_normal, sync_point, commit, base, log } => {
+                self.on_do_view_change(ctx, from, view, Dvc { last_normal, base, sync_point, commit, log })
+            }
+            Msg::StartView { view, base, log, commit } => self.on_start_view(ctx, from, view, base, log, commit),
+            Msg::NeedView { view } => self.on_need_view(ctx, from, view),
+        }
+    }
+}
+
+impl Protocol for Nezha {
+    fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
+        for bytes in records {
+            let Ok(rec) = decode::<Record>(&bytes) else { continue };
+            match rec {
+                Record::View { view, last_normal } => {
+                    self.view = view;
+                    self.last_normal = last_normal;
+                }
+                Record::Synced { index, entry } => {
+                    if index > self.base && index <= self.len() + 1 {
+                        let keep = self.at(index);
+                        self.log.truncate(keep);
+                        self.log.push(entry);
+                    }
+                }
+                Record::Log { view, base, entries } => {
+                    self.view = self.view.max(view);
+                    self.last_normal = view;
+                    // The new view's log from `base` on; what this replica trimmed since
+                    // is committed and identical.
+                    if base >= self.base && base <= self.len() {
+                        let keep = self.at(base + 1);
+                        self.log.truncate(keep);
+                        self.log.extend(entries);
+                    } else if base < self.base {
+                        let skip = (self.base - base) as usize;
+                        self.log = entries.into_iter().skip(skip).collect();
+                    }
+                }
+                Record::Snapshot { index, base, data } => {
+                    self.base = base;
+                    self.log.clear();
+                    self.applied = index;
+                    self.commit = self.commit.max(index);
+                    self.stable = self.stable.max(base);
+                    ctx.push(synod_core::Action::InstallSnapshot { data });
+                }
+            }
+        }
+        self.mode = if self.last_normal == self.view { Mode::Normal } else { Mode::ViewChange };
+        self.durable = self.len();
+        self.logged = self.durable;
+        self.speculated = self.applied;
+        self.reindex();
+        for e in &self.log {
+            self.dom.note_released(&e.id(), &e.cmd);
+        }
+        self.election_timeout = ctx.random_between(
+            Duration::from_millis(self.params.election_timeout_min_ms),
+            Duration::from_millis(self.params.election_timeout_max_ms),
+        );
+        self.leader_contact = ctx.now;
+        self.vc_started = ctx.now;
+        ctx.set_timer(TIMER_TICK, self.params.heartbeat());
+    }
+
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+        match event {
+            Event::Message { from, sent_at, msg } => {
+                if from == self.id || !self.members.contains(&from) {
+                    return;
+                }
+                // Every peer message is a one-way-delay sample for the deadlines this
+                // replica stamps when it relays a client's request (§3).
+                self.owd.sample(from, sent_at, ctx.now);
+                let Ok(msg) = decode::<Msg>(&msg) else { return };
+                self.on_message(ctx, from, msg);
+            }
+            Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
+            Event::Timer(TIMER_TICK) => self.on_tick(ctx),
+            Event::Timer(TIMER_RELEASE) => self.release(ctx),
+            Event::Timer(_) => {}
+            Event::Persisted { token } => self.on_persisted(ctx, token),
+            Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
+            Event::Reconfigure { client, id, .. } => {
+                let body = ReplyBody::Invalid { reason: "nezha does not support membership changes".into() };
+                ctx.reply(client, synod_core::Reply { client: 0, seq: id, from: self.id, body });
+            }
+        }
+    }
+
+    fn status(&self) -> Status {
+        let mut extra = BTreeMap::new();
+        extra.insert("mode".into(), format!("{:?}", self.mode).to_lowercase());
+        extra.insert("sync_point".into(), self.len().to_string());
+        extra.insert("log_base".into(), self.base.to_string());
+        extra.insert("snapshots".into(), self.snapshots.to_string());
+        extra.insert("unsynced".into(), self.unsynced.len().to_string());
+        extra.insert("early".into(), self.dom.early_len().to_string());
+        extra.insert("late_buffer".into(), self.dom.late_len().to_string());
+        extra.insert("late".into(), self.counters.late.to_string());
+        extra.insert("deadline_modified".into(), self.counters.modified.to_string());
+        extra.insert("synced_in_place".into(), self.counters.synced_in_place.to_string());
+        extra.insert("synced_moved".into(), self.counters.synced_moved.to_string());
+        extra.insert("fetched".into(), self.counters.fetched.to_string());
+        extra.insert("view_changes".into(), self.counters.view_changes.to_string());
+        let role = match self.mode {
+            Mode::ViewChange => Role::Candidate,
+            Mode::Normal if self.is_leader() => Role::Leader,
+            Mode::Normal => Role::Follower,
+        };
+        Status {
+            id: self.id,
+            protocol: "nezha".into(),
+            role,
+            ballot: self.view.to_string(),
+            leader: (self.mode == Mode::Normal).then(|| self.leader_of(self.view)),
+            commit_index: self.commit,
+            execute_index: self.applied,
+            extra,
+        }
+    }
+
+    fn describe_message(&self, msg: &[u8]) -> String {
+        match decode::<Msg>(msg) {
+            Ok(Msg::Request { deadline, cmd }) => {
+                format!("Request c{:x}#{} deadline={}", cmd.client, cmd.seq, Time(deadline))
+            }
+            Ok(Msg::LogMod { view, start, ids, commit, .. }) => {
+                let ids: Vec<String> = ids.iter().map(|(l, _)| format!("c{:x}#{}", l.client, l.seq)).collect();
+                format!("LogMod v={view} start={start} [{}] commit={commit}", ids.join(" "))
+            }
+            Ok(Msg::Fetch { view, from }) => format!("Fetch v={view} from={from}"),
+            Ok(Msg::Entries { view, start, entries, commit }) => {
+                format!("Entries v={view} start={start} n={} commit={commit}", entries.len())
+            }
+            Ok(Msg::LogStatus { view, sync_point }) => format!("LogStatus v={view} sync={sync_point}"),
+            Ok(Msg::ViewChange { view }) => format!("ViewChange v={view}"),
+            Ok(Msg::DoViewChange { view, last_normal, sync_point, commit, base, log }) => format!(
+                "DoViewChange v={view} last_normal={last_normal} sync={sync_point} commit={commit} base={base} log={}",
+                log.len()
+            ),
+            Ok(Msg::StartView { view, base, log, commit }) => {
+                format!("StartView v={view} base={base} log={} commit={commit}", log.len())
+            }
+            Ok(Msg::NeedView { view }) => format!("NeedView v={view}"),
+            Err(_) => format!("<{} undecodable bytes>", msg.len()),
+        }
+    }
+}
+
+#[cfg(feature = "mutants")]
+pub mod mutants {
+    use super::*;
+
+    pub fn build_small_quorum(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        Ok(Box::new(Nezha::new(setup, Variant { small_quorum: true })?))
+    }
+}

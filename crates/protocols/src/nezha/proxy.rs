@@ -1,0 +1,329 @@
+//! The Nezha proxy (§4): the client side of Nezha as a [`ClientPolicy`].
+//!
+//! It is the DOM sender: it stamps each request with its send time `s` and a latency bound
+//! `l` (the deadline is `s + l`, §5.2) from its one-way-delay estimates to the replicas (§3:
+//! a percentile — the paper's 50th — over a sliding window per replica, clamped), multicasts
+//! the request to every replica and does the quorum checks the paper offloads from the
+//! leader (§5.3, §5.4):
+//! - **fast path**: fast-replies with matching (view, hash) from a super quorum
+//!   f + ⌈f/2⌉ + 1 that includes the leader (whose reply carries the result); a follower's
+//!   slow-reply of the same view stands in for its fast-reply;
+//! - **slow path**: the leader's fast-reply and slow-replies of the same view from f
+//!   followers (a fast-reply does not stand in for a slow-reply);
+//! - a `Done` from any replica (a replica that executed the request at the commit-point)
+//!   is final as well.
+//!
+//! On a timeout it resubmits with a new send time (§5.5). Without replica receive times in
+//! replies, the proxy samples each replica's one-way delay as half the round trip.
+//!
+//! Wire form: `RequestMeta { sent_at: s, ext }` with `ext` the postcard encoding of
+//! [`ProxyStamp`]; a fast-reply is `Speculative { view, digest: hash, result }` (result from
+//! the leader only), a slow-reply `Speculative { view, digest: SLOW_REPLY, result: None }`.
+
+use super::dom::OwdEstimator;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use synod_core::client_policy::{final_outcome, ClientCtx, ClientPolicy, RequestMeta};
+use synod_core::protocol::encode;
+use synod_core::{Command, NodeId, OpResult, Outcome, Reply, ReplyBody, Time};
+
+/// The `digest` that marks a slow-reply.
+pub const SLOW_REPLY: u64 = u64::MAX;
+
+const ATTEMPT_TIMER: u64 = 1;
+
+/// What a proxy adds to a request (`RequestMeta::ext`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyStamp {
+    /// The latency bound `l` in nanoseconds: the deadline is `sent_at + l`.
+    pub bound: u64,
+}
+
+/// One replica's latest reply to the current request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Vote {
+    Fast { view: u64, hash: u64, result: Option<OpResult> },
+    Slow { view: u64 },
+}
+
+/// The quorum check of §5.3/§5.4 over the replies so far: the leader's result once the fast
+/// or the slow quorum is complete. `n = 2f + 1`.
+fn committed(votes: &BTreeMap<NodeId, Vote>, n: usize) -> Option<(OpResult, bool)> {
+    let f = (n - 1) / 2;
+    let super_quorum = f + f.div_ceil(2) + 1;
+    // The leader's fast-reply: the one that carries the result. Take the highest view.
+    let (leader, view, hash, result) = votes
+        .iter()
+        .filter_map(|(id, v)| match v {
+            Vote::Fast { view, hash, result: Some(r) } => Some((*id, *view, *hash, r.clone())),
+            _ => None,
+        })
+        .max_by_key(|(_, view, _, _)| *view)?;
+    let slow = votes.iter().filter(|(id, v)| **id != leader && **v == Vote::Slow { view }).count();
+    if slow >= f {
+        return Some((result, false));
+    }
+    let fast = votes
+        .iter()
+        .filter(|(id, v)| {
+            **id == leader
+                || match v {
+                    Vote::Fast { view: w, hash: h, result: None } => *w == view && *h == hash,
+                    Vote::Slow { view: w } => *w == view,
+                    Vote::Fast { .. } => false,
+                }
+        })
+        .count();
+    (fast >= super_quorum).then_some((result, true))
+}
+
+/// A Nezha proxy for one session.
+#[derive(Clone, Debug)]
+pub struct NezhaProxy {
+    owd: OwdEstimator,
+    attempt_timeout: Duration,
+    sent_at: Time,
+    votes: BTreeMap<NodeId, Vote>,
+    active: bool,
+    /// Requests committed on the fast path, on the slow path, and by a `Done`.
+    pub fast_commits: u64,
+    pub slow_commits: u64,
+    pub done_commits: u64,
+}
+
+impl NezhaProxy {
+    /// `percentile` and `clamp` as in §3 (the paper: 50th percentile); `window` samples per
+    /// replica.
+    pub fn new(window: usize, percentile: u32, clamp: Duration, attempt_timeout: Duration) -> NezhaProxy {
+        NezhaProxy {
+            owd: OwdEstimator::new(window, percentile, clamp.as_nanos() as u64),
+            attempt_timeout,
+            sent_at: Time::ZERO,
+            votes: BTreeMap::new(),
+            active: false,
+            fast_commits: 0,
+            slow_commits: 0,
+            done_commits: 0,
+        }
+    }
+
+    /// The latency bound for a multicast to `members` now.
+    pub fn bound(&self, members: &[NodeId]) -> u64 {
+        self.owd.estimate_all(members.iter().copied())
+    }
+
+    fn submit(&mut self, cx: &mut ClientCtx<'_>) {
+        self.sent_at = cx.now;
+        self.votes.clear();
+        let stamp = ProxyStamp { bound: self.bound(cx.members) };
+        cx.send_all(RequestMeta { sent_at: cx.now, ext: encode(&stamp) });
+        cx.set_timer(ATTEMPT_TIMER, self.attempt_timeout);
+    }
+
+    fn finish(&mut self, cx: &mut ClientCtx<'_>, outcome: Outcome) {
+        self.active = false;
+        cx.cancel_timer(ATTEMPT_TIMER);
+        cx.finish(outcome);
+    }
+}
+
+impl ClientPolicy for NezhaProxy {
+    fn begin(&mut self, cx: &mut ClientCtx<'_>, _cmd: &Command) {
+        if cx.members.is_empty() {
+            cx.finish(Outcome::Unknown("no replicas known".into()));
+            return;
+        }
+        self.active = true;
+        self.submit(cx);
+    }
+
+    fn on_reply(&mut self, cx: &mut ClientCtx<'_>, reply: Reply) {
+        if !self.active || !cx.members.contains(&reply.from) {
+            return;
+        }
+        // Half the round trip as this replica's one-way delay.
+        let rtt = cx.now.since(self.sent_at);
+        self.owd.sample(reply.from, self.sent_at, self.sent_at + rtt / 2);
+        if let Some(outcome) = final_outcome(&reply.body) {
+            if matches!(outcome, Outcome::Done(_)) {
+                self.done_commits += 1;
+            }
+            self.finish(cx, outcome);
+            return;
+        }
+        let vote = match reply.body {
+            ReplyBody::Speculative { view, digest: SLOW_REPLY, .. } => Vote::Slow { view },
+            ReplyBody::Speculative { view, digest, result } => Vote::Fast { view, hash: digest, result },
+            _ => return,
+        };
+        // A slow-reply is never replaced by a fast-reply of the same view.
+        let keep = matches!((self.votes.get(&reply.from), &vote), (Some(Vote::Slow { view: a }), Vote::Fast { view: b, .. }) if a >= b);
+        if !keep {
+            self.votes.insert(reply.from, vote);
+        }
+        if let Some((result, fast)) = committed(&self.votes, cx.members.len()) {
+            if fast {
+                self.fast_commits += 1;
+            } else {
+                self.slow_commits += 1;
+            }
+            self.finish(cx, Outcome::Done(result));
+        }
+    }
+
+    fn on_timer(&mut self, cx: &mut ClientCtx<'_>, id: u64) {
+        if self.active && id == ATTEMPT_TIMER {
+            // §5.5: resubmit with a new send time.
+            self.submit(cx);
+        }
+    }
+
+    fn on_unreachable(&mut self, _cx: &mut ClientCtx<'_>, _node: NodeId) {
+        // The other replicas may still form a quorum; the attempt timer covers the rest.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use synod_core::client_policy::ClientAction;
+    use synod_core::rng_from_seed;
+
+    fn cmd() -> Command {
+        Command { client: 9, seq: 4, acked_below: 4, now_ms: 0, op: synod_core::Op::Noop }
+    }
+    fn fast(from: NodeId, view: u64, hash: u64, result: Option<OpResult>) -> Reply {
+        Reply { client: 9, seq: 4, from, body: ReplyBody::Speculative { view, digest: hash, result } }
+    }
+    fn slow(from: NodeId, view: u64) -> Reply {
+        Reply { client: 9, seq: 4, from, body: ReplyBody::Speculative { view, digest: SLOW_REPLY, result: None } }
+    }
+
+    struct Host {
+        members: Vec<NodeId>,
+        rng: synod_core::Rng,
+        now: Time,
+    }
+    impl Host {
+        fn new(n: u32) -> Host {
+            Host { members: (1..=n).collect(), rng: rng_from_seed(1), now: Time::from_millis(1000) }
+        }
+        fn run(&mut self, f: impl FnOnce(&mut ClientCtx<'_>)) -> Vec<ClientAction> {
+            let mut out = Vec::new();
+            let mut cx = ClientCtx::new(self.now, &mut self.rng, &self.members, 0, &mut out);
+            f(&mut cx);
+            out
+        }
+    }
+    fn finished(a: &[ClientAction]) -> Option<Outcome> {
+        a.iter().find_map(|x| if let ClientAction::Finish(o) = x { Some(o.clone()) } else { None })
+    }
+    fn proxy() -> NezhaProxy {
+        NezhaProxy::new(100, 50, Duration::from_millis(10), Duration::from_millis(500))
+    }
+
+    #[test]
+    fn multicasts_with_a_deadline_to_every_replica() {
+        let mut h = Host::new(3);
+        let mut p = proxy();
+        let a = h.run(|cx| p.begin(cx, &cmd()));
+        let sends: Vec<&RequestMeta> =
+            a.iter().filter_map(|x| if let ClientAction::Send { meta, .. } = x { Some(meta) } else { None }).collect();
+        assert_eq!(sends.len(), 3);
+        assert!(sends.iter().all(|m| m.sent_at == h.now));
+        let stamp: ProxyStamp = synod_core::protocol::decode(&sends[0].ext).unwrap();
+        assert_eq!(stamp.bound, 10_000_000, "no samples yet: the clamp");
+    }
+
+    #[test]
+    fn fast_path_needs_a_super_quorum_with_the_leader() {
+        // n = 5, f = 2: super quorum 2 + 1 + 1 = 4.
+        let mut h = Host::new(5);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        for from in [2, 3, 4, 5] {
+            let a = h.run(|cx| p.on_reply(cx, fast(from, 0, 77, None)));
+            assert_eq!(finished(&a), None, "followers alone never commit");
+        }
+        let a = h.run(|cx| p.on_reply(cx, fast(1, 0, 77, Some(OpResult::Done))));
+        assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
+        assert_eq!(p.fast_commits, 1);
+    }
+
+    #[test]
+    fn fast_path_counts_only_matching_hashes_and_views() {
+        let mut h = Host::new(5);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        h.run(|cx| p.on_reply(cx, fast(1, 0, 77, Some(OpResult::Done))));
+        h.run(|cx| p.on_reply(cx, fast(2, 0, 77, None)));
+        let a = h.run(|cx| p.on_reply(cx, fast(3, 0, 78, None)));
+        assert_eq!(finished(&a), None, "a different hash does not count");
+        let a = h.run(|cx| p.on_reply(cx, fast(4, 1, 77, None)));
+        assert_eq!(finished(&a), None, "a different view does not count");
+        let a = h.run(|cx| p.on_reply(cx, fast(5, 0, 77, None)));
+        assert_eq!(finished(&a), None, "3 matching of 4 needed");
+        // A slow-reply of the same view stands in for replica 3's fast-reply.
+        let a = h.run(|cx| p.on_reply(cx, slow(3, 0)));
+        assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
+        assert_eq!(p.fast_commits, 1);
+    }
+
+    #[test]
+    fn one_short_of_the_super_quorum_is_not_enough_for_three_replicas() {
+        // n = 3, f = 1: super quorum 1 + 1 + 1 = 3; slow quorum leader + 1.
+        let mut h = Host::new(3);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        h.run(|cx| p.on_reply(cx, fast(1, 0, 5, Some(OpResult::Value(None)))));
+        let a = h.run(|cx| p.on_reply(cx, fast(2, 0, 5, None)));
+        assert_eq!(finished(&a), None);
+        let a = h.run(|cx| p.on_reply(cx, fast(3, 0, 5, None)));
+        assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Value(None))));
+    }
+
+    #[test]
+    fn slow_path_needs_the_leader_and_f_slow_replies() {
+        let mut h = Host::new(5);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        h.run(|cx| p.on_reply(cx, slow(2, 3)));
+        let a = h.run(|cx| p.on_reply(cx, slow(3, 3)));
+        assert_eq!(finished(&a), None, "no leader reply yet");
+        let a = h.run(|cx| p.on_reply(cx, fast(4, 3, 1, Some(OpResult::Done))));
+        assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
+        assert_eq!(p.slow_commits, 1);
+    }
+
+    #[test]
+    fn fast_replies_do_not_replace_slow_replies_and_stale_views_do_not_count() {
+        let mut h = Host::new(3);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        h.run(|cx| p.on_reply(cx, slow(2, 1)));
+        h.run(|cx| p.on_reply(cx, fast(2, 1, 9, None)));
+        let a = h.run(|cx| p.on_reply(cx, fast(1, 2, 9, Some(OpResult::Done))));
+        assert_eq!(finished(&a), None, "the slow-reply is of an older view than the leader's");
+        let a = h.run(|cx| p.on_reply(cx, slow(3, 2)));
+        assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
+    }
+
+    #[test]
+    fn done_is_final_and_a_timeout_resubmits_with_a_new_send_time() {
+        let mut h = Host::new(3);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        h.now = Time::from_millis(1600);
+        let a = h.run(|cx| p.on_timer(cx, ATTEMPT_TIMER));
+        let metas: Vec<&RequestMeta> =
+            a.iter().filter_map(|x| if let ClientAction::Send { meta, .. } = x { Some(meta) } else { None }).collect();
+        assert_eq!(metas.len(), 3);
+        assert!(metas.iter().all(|m| m.sent_at == Time::from_millis(1600)));
+        h.now = Time::from_millis(1604);
+        let a = h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from: 2, body: ReplyBody::Done(OpResult::Done) }));
+        assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
+        // The round trip of 4 ms gave replica 2 a 2 ms sample.
+        assert_eq!(p.owd.estimate(2), 2_000_000);
+    }
+}
