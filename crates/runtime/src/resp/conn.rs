@@ -7,14 +7,17 @@
 //! leave strictly in request order — a queue of slots, each either a ready reply or a
 //! sequence number still waiting for its result.
 //!
-//! Where a command goes: to this replica's node loop when it is the leader (or the protocol
-//! is leaderless, or no leader is known), else straight to the leader's native client port
-//! through the [`Forwarder`](super::forward::Forwarder). A `NotLeader { leader }` answer
-//! re-sends the same command (same seq) to that leader; no leader, a failed forwarding
-//! connection, a rejection or an attempt without an answer within `attempt_timeout` retries
-//! after a growing, jittered backoff. Only after `give_up_after` does the client get
-//! `-TRYAGAIN`. Because every retry carries the same (client, seq), a command is applied at
-//! most once however many times it is sent.
+//! Where a command goes and how the answers to it count is the protocol's client policy
+//! (the registry's `client`, `synod_core::client_policy`), one instance per command in
+//! flight: a send to this replica goes to its node loop, a send to another replica straight
+//! to that replica's native client port through the
+//! [`Forwarder`](super::forward::Forwarder) (a failed forwarding connection is reported to
+//! the policy as unreachable). The policy's home replica is the leader this replica knows of
+//! when it is a follower, else this replica, so the leader policy forwards straight to the
+//! leader and follows `NotLeader` redirects, and a leaderless protocol's commands are led
+//! here. Policy timers run on the connection's tick. Only after `give_up_after` does the
+//! client get `-TRYAGAIN`. Because every retry carries the same (client, seq), a command is
+//! applied at most once however many times it is sent.
 
 use super::commands::{self, Shape, Translated};
 use super::forward::FwdEvent;
@@ -30,8 +33,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use synod_core::client_policy::{ClientAction, ClientCtx, ClientPolicy, Outcome, RequestMeta};
 use synod_core::wire::ServerMsg;
-use synod_core::{Command, NodeId, Op, OpResult, Reply, ReplyBody, Role};
+use synod_core::{Command, NodeId, Op, OpResult, Reply, Role, Time};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -39,9 +43,7 @@ use tokio::time::Instant;
 
 /// Data commands submitted and not yet answered, per connection.
 pub const MAX_INFLIGHT: usize = 1024;
-const BACKOFF_MIN: Duration = Duration::from_millis(10);
-const BACKOFF_MAX: Duration = Duration::from_millis(500);
-/// How often pending commands are checked for timeouts and due retries.
+/// How often pending commands are checked for the give-up time and due policy timers.
 const TICK: Duration = Duration::from_millis(20);
 
 /// A place in the reply order.
@@ -80,15 +82,18 @@ struct Pending {
     exec: Option<Vec<Queued>>,
     size: usize,
     started: Instant,
-    /// When the current attempt is considered lost.
-    deadline: Instant,
-    /// Set while waiting to retry after a backoff.
-    retry_at: Option<Instant>,
-    backoff: Duration,
-    /// Leader named by the last `NotLeader` answer.
-    hint: Option<NodeId>,
-    redirects: u32,
+    /// The client policy running this command, and its armed timers.
+    policy: Box<dyn ClientPolicy>,
+    timers: BTreeMap<u64, Instant>,
     last_error: String,
+}
+
+/// An event for the policy of one pending command.
+enum PolicyEvent {
+    Begin,
+    Reply(Reply),
+    Timer(u64),
+    Unreachable(NodeId),
 }
 
 /// Per-connection state visible to the local commands (CLIENT, HELLO, AUTH …).
@@ -114,6 +119,8 @@ struct Conn<'a> {
     done: HashMap<u64, RespValue>,
     inflight_bytes: usize,
     fwd_tx: mpsc::UnboundedSender<FwdEvent>,
+    /// The policies' randomness (backoffs).
+    rng: synod_core::Rng,
     closing: bool,
     /// Inside MULTI.
     multi: Option<MultiState>,
@@ -160,6 +167,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
         done: HashMap::new(),
         inflight_bytes: 0,
         fwd_tx,
+        rng: synod_core::rng_from_seed(rand::thread_rng().gen()),
         closing: false,
         multi: None,
         watched: Vec::new(),
@@ -213,7 +221,12 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
                 }
                 Some(ev) = fwd_rx.recv() => match ev {
                     FwdEvent::Reply(r) => c.reply(r).await,
-                    FwdEvent::Failed { seq, reason } => c.retry_later(seq, reason),
+                    FwdEvent::Failed { node, seq, reason } => {
+                        if let Some(p) = c.pending.get_mut(&seq) {
+                            p.last_error = reason;
+                        }
+                        c.step(seq, PolicyEvent::Unreachable(node)).await;
+                    }
                 },
                 _ = tick.tick(), if !c.pending.is_empty() => c.check_timeouts().await,
             }
@@ -366,87 +379,100 @@ impl Conn<'_> {
         let acked_below = self.pending.keys().next().copied().unwrap_or(seq);
         let size = op.size();
         let cmd = Command { client: self.session, seq, acked_below, now_ms: 0, op };
-        let now = Instant::now();
-        self.pending.insert(
-            seq,
-            Pending {
-                cmd,
-                shape,
-                exec,
-                size,
-                started: now,
-                deadline: now + self.shared.attempt_timeout,
-                retry_at: None,
-                backoff: BACKOFF_MIN,
-                hint: None,
-                redirects: 0,
-                last_error: String::new(),
-            },
-        );
+        let policy = (self.shared.policy)(&self.shared.client_config);
+        let (started, last_error, timers) = (Instant::now(), String::new(), BTreeMap::new());
+        self.pending.insert(seq, Pending { cmd, shape, exec, size, started, policy, timers, last_error });
         self.inflight_bytes += size;
         self.out.push_back(Slot::Wait(seq, self.st.proto));
-        self.attempt(seq).await;
+        self.step(seq, PolicyEvent::Begin).await;
         Some(seq)
     }
 
-    /// Where the next attempt goes: the leader named by the last redirect, else the leader
-    /// this replica knows of, else here.
-    fn target(&self, hint: Option<NodeId>) -> Option<NodeId> {
+    /// The policy's home replica (index into the members): the leader this replica knows
+    /// of when it is a follower, else this replica (a leader, a leaderless protocol's
+    /// replica, or no leader known).
+    fn home(&self) -> usize {
         let me = self.shared.me;
-        let forwardable = |n: NodeId| n != me && self.shared.forwarder.knows(n);
-        if let Some(h) = hint {
-            return if forwardable(h) { Some(h) } else { None };
-        }
+        let members = &self.shared.members;
         let status = self.shared.status.borrow();
-        match (status.role, status.leader) {
-            (Role::Leader | Role::Replica, _) => None,
-            (_, Some(l)) if forwardable(l) => Some(l),
-            _ => None,
+        let node = match (status.role, status.leader) {
+            (Role::Leader | Role::Replica, _) => me,
+            (_, Some(l)) if l != me && self.shared.forwarder.knows(l) => l,
+            _ => me,
+        };
+        members.iter().position(|&m| m == node).unwrap_or(0)
+    }
+
+    /// Run one event through the policy of command `seq` and carry out what it asks for.
+    async fn step(&mut self, seq: u64, first: PolicyEvent) {
+        let home = self.home();
+        let mut queue = VecDeque::from([first]);
+        while let Some(ev) = queue.pop_front() {
+            let Some(p) = self.pending.get_mut(&seq) else { return };
+            let mut actions = Vec::new();
+            let mut cx = ClientCtx::new(wall_now(), &mut self.rng, &self.shared.members, home, &mut actions);
+            match ev {
+                PolicyEvent::Begin => p.policy.begin(&mut cx, &p.cmd),
+                PolicyEvent::Reply(r) => p.policy.on_reply(&mut cx, r),
+                PolicyEvent::Timer(id) => p.policy.on_timer(&mut cx, id),
+                PolicyEvent::Unreachable(node) => p.policy.on_unreachable(&mut cx, node),
+            }
+            for action in actions {
+                let Some(p) = self.pending.get_mut(&seq) else { return };
+                match action {
+                    ClientAction::Send { to, meta } => {
+                        let cmd = p.cmd.clone();
+                        if let Err(e) = self.send_to(to, cmd, meta).await {
+                            if let Some(p) = self.pending.get_mut(&seq) {
+                                p.last_error = e;
+                            }
+                            queue.push_back(PolicyEvent::Unreachable(to));
+                        }
+                    }
+                    ClientAction::SetTimer { id, after } => {
+                        p.timers.insert(id, Instant::now() + after);
+                    }
+                    ClientAction::CancelTimer { id } => {
+                        p.timers.remove(&id);
+                    }
+                    ClientAction::Finish(outcome) => {
+                        self.finish_outcome(seq, outcome);
+                        return;
+                    }
+                }
+            }
         }
     }
 
-    /// Send (or re-send) a pending command.
-    async fn attempt(&mut self, seq: u64) {
-        let Some(p) = self.pending.get_mut(&seq) else { return };
-        p.retry_at = None;
-        p.deadline = Instant::now() + self.shared.attempt_timeout;
-        let hint = p.hint;
-        let cmd = p.cmd.clone();
-        match self.target(hint) {
-            None => {
-                let input = ClientInput::Request { conn: self.st.id, cmd, meta: Default::default() };
-                if self.shared.inbox.send(input).await.is_err() {
-                    self.retry_later(seq, "replica shutting down".into());
-                }
-            }
-            Some(node) => {
-                self.shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = self.shared.forwarder.send(node, cmd, &self.fwd_tx) {
-                    self.retry_later(seq, e);
-                }
-            }
+    /// Send a command to node `to`: this replica's node loop, or another replica through the
+    /// forwarder. An error means it was not sent.
+    async fn send_to(&mut self, to: NodeId, cmd: Command, meta: RequestMeta) -> Result<(), String> {
+        if to == self.shared.me {
+            let input = ClientInput::Request { conn: self.st.id, cmd, meta };
+            return self.shared.inbox.send(input).await.map_err(|_| "replica shutting down".to_string());
         }
-    }
-
-    /// Try again after a jittered, growing backoff.
-    fn retry_later(&mut self, seq: u64, reason: String) {
-        let Some(p) = self.pending.get_mut(&seq) else { return };
-        let jitter = rand::thread_rng().gen_range(0..=p.backoff.as_micros() as u64 / 2);
-        p.retry_at = Some(Instant::now() + p.backoff + Duration::from_micros(jitter));
-        p.backoff = (p.backoff * 2).min(BACKOFF_MAX);
-        p.hint = None;
-        p.last_error = reason;
+        self.shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+        self.shared.forwarder.send(to, cmd, meta, &self.fwd_tx)
     }
 
     /// A reply from the node loop or from a forwarding connection.
     async fn reply(&mut self, r: Reply) {
-        if r.client != self.session {
-            return;
+        if r.client != self.session || !self.pending.contains_key(&r.seq) {
+            return; // answered already
         }
-        let Some(p) = self.pending.get_mut(&r.seq) else { return }; // answered already
-        match r.body {
-            ReplyBody::Done(result) => {
-                if p.shape == Shape::Watch && self.watch_pending.remove(&r.seq) {
+        if let Some(p) = self.pending.get_mut(&r.seq) {
+            p.last_error = format!("node {}: {:?}", r.from, r.body);
+        }
+        let seq = r.seq;
+        self.step(seq, PolicyEvent::Reply(r)).await;
+    }
+
+    /// The policy finished command `seq`: render its outcome.
+    fn finish_outcome(&mut self, seq: u64, outcome: Outcome) {
+        let Some(p) = self.pending.get_mut(&seq) else { return };
+        let v = match outcome {
+            Outcome::Done(result) => {
+                if p.shape == Shape::Watch && self.watch_pending.remove(&seq) {
                     match (&p.cmd.op, &result) {
                         (Op::Versions { keys }, OpResult::Versions(vs)) if keys.len() == vs.len() => {
                             self.watched.extend(keys.iter().cloned().zip(vs.iter().copied()))
@@ -454,32 +480,23 @@ impl Conn<'_> {
                         _ => self.watch_failed = true,
                     }
                 }
-                let v = match p.exec.take() {
+                match p.exec.take() {
                     Some(queued) => render_exec(queued, result, &self.shared.cursors),
                     None => commands::render(p.shape, result, &self.shared.cursors),
-                };
-                self.finish(r.seq, v);
+                }
             }
-            ReplyBody::Invalid { reason } => self.finish(r.seq, RespValue::err(format!("ERR {reason}"))),
-            ReplyBody::Rejected { reason } => self.retry_later(r.seq, format!("rejected by node {}: {reason}", r.from)),
-            ReplyBody::NotLeader { leader: Some(l) } if l != r.from && p.redirects < 8 => {
-                p.redirects += 1;
-                p.hint = Some(l);
-                p.last_error = format!("node {} redirected to node {l}", r.from);
-                self.attempt(r.seq).await;
+            Outcome::Invalid(reason) => RespValue::err(format!("ERR {reason}")),
+            Outcome::Rejected { definitive: true, reason } => {
+                RespValue::err(format!("ERR rejected: {reason}; nothing was applied"))
             }
-            ReplyBody::NotLeader { leader } => {
-                let why = match leader {
-                    Some(l) => format!("node {} names node {l} as leader, which keeps redirecting", r.from),
-                    None => format!("node {} knows no leader (election in progress?)", r.from),
-                };
-                self.retry_later(r.seq, why);
+            Outcome::Rejected { definitive: false, reason } => {
+                RespValue::err(format!("TRYAGAIN rejected: {reason}; the command may or may not have been applied"))
             }
-            ReplyBody::Speculative { .. } => self.finish(
-                r.seq,
-                RespValue::err("ERR speculative replies (Nezha fast path) are not supported by the RESP front end"),
-            ),
-        }
+            Outcome::Unknown(reason) => {
+                RespValue::err(format!("TRYAGAIN {reason}; the command may or may not have been applied"))
+            }
+        };
+        self.finish(seq, v);
     }
 
     fn finish(&mut self, seq: u64, v: RespValue) {
@@ -500,12 +517,12 @@ impl Conn<'_> {
         for (seq, p) in &mut self.pending {
             if now.duration_since(p.started) >= self.shared.give_up_after {
                 expired.push((*seq, p.last_error.clone()));
-            } else if p.retry_at.is_some_and(|t| t <= now) {
-                due.push(*seq);
-            } else if p.retry_at.is_none() && now >= p.deadline {
-                p.last_error = format!("no answer within {:?}", self.shared.attempt_timeout);
-                p.hint = None;
-                due.push(*seq);
+                continue;
+            }
+            let fired: Vec<u64> = p.timers.iter().filter(|(_, at)| **at <= now).map(|(id, _)| *id).collect();
+            for id in fired {
+                p.timers.remove(&id);
+                due.push((*seq, id));
             }
         }
         for (seq, last) in expired {
@@ -515,8 +532,8 @@ impl Conn<'_> {
             );
             self.finish(seq, RespValue::err(msg));
         }
-        for seq in due {
-            self.attempt(seq).await;
+        for (seq, id) in due {
+            self.step(seq, PolicyEvent::Timer(id)).await;
         }
     }
 
@@ -547,6 +564,12 @@ impl Conn<'_> {
 /// EXEC's reply: the array of the queued commands' replies, in order (data commands from the
 /// transaction's results, the others as decided at queue time), or a null array when a
 /// watched key had changed.
+/// The policies' clock: wall-clock time since the Unix epoch.
+fn wall_now() -> Time {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Time(d.as_nanos() as u64)
+}
+
 fn render_exec(queued: Vec<Queued>, result: OpResult, cursors: &commands::Cursors) -> RespValue {
     match result {
         OpResult::Multi(None) => RespValue::NullArray,

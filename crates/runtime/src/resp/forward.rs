@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 use synod_core::wire::{self, ClientMsg, ServerMsg, CLIENT_MAGIC};
-use synod_core::{Command, NodeId, Reply};
+use synod_core::{Command, NodeId, Reply, RequestMeta};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -37,8 +37,9 @@ const QUEUE: usize = 8192;
 #[derive(Debug)]
 pub enum FwdEvent {
     Reply(Reply),
-    /// The command may not have reached the target (or its reply was lost); retry it.
+    /// The command may not have reached `node` (or its reply was lost).
     Failed {
+        node: NodeId,
         seq: u64,
         reason: String,
     },
@@ -46,6 +47,7 @@ pub enum FwdEvent {
 
 struct FwdReq {
     cmd: Command,
+    meta: RequestMeta,
     back: mpsc::UnboundedSender<FwdEvent>,
 }
 
@@ -67,7 +69,13 @@ impl Forwarder {
 
     /// Queue `cmd` for `node`; its reply (or failure) arrives on `back`. An error means it was
     /// not queued at all.
-    pub fn send(&self, node: NodeId, cmd: Command, back: &mpsc::UnboundedSender<FwdEvent>) -> Result<(), String> {
+    pub fn send(
+        &self,
+        node: NodeId,
+        cmd: Command,
+        meta: RequestMeta,
+        back: &mpsc::UnboundedSender<FwdEvent>,
+    ) -> Result<(), String> {
         let addr = *self.addrs.get(&node).ok_or_else(|| format!("node {node} is not a member"))?;
         let tx = {
             let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
@@ -75,13 +83,13 @@ impl Forwarder {
                 Some(tx) if !tx.is_closed() => tx.clone(),
                 _ => {
                     let (tx, rx) = mpsc::channel(QUEUE);
-                    tokio::spawn(run_connection(addr, self.max_frame, rx));
+                    tokio::spawn(run_connection(node, addr, self.max_frame, rx));
                     conns.insert(node, tx.clone());
                     tx
                 }
             }
         };
-        tx.try_send(FwdReq { cmd, back: back.clone() }).map_err(|e| match e {
+        tx.try_send(FwdReq { cmd, meta, back: back.clone() }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => format!("forwarding queue to node {node} is full"),
             mpsc::error::TrySendError::Closed(_) => format!("forwarding connection to node {node} closed"),
         })
@@ -90,16 +98,16 @@ impl Forwarder {
 
 /// One forwarding connection: runs until it fails or the forwarder is dropped, then fails
 /// whatever is outstanding or still queued.
-async fn run_connection(addr: SocketAddr, max_frame: usize, mut rx: mpsc::Receiver<FwdReq>) {
+async fn run_connection(node: NodeId, addr: SocketAddr, max_frame: usize, mut rx: mpsc::Receiver<FwdReq>) {
     let mut waiters: HashMap<(u64, u64), mpsc::UnboundedSender<FwdEvent>> = HashMap::new();
     let reason = serve(addr, max_frame, &mut rx, &mut waiters).await;
     debug!(%addr, "forwarding connection closed: {reason}");
     rx.close();
     while let Ok(req) = rx.try_recv() {
-        let _ = req.back.send(FwdEvent::Failed { seq: req.cmd.seq, reason: reason.clone() });
+        let _ = req.back.send(FwdEvent::Failed { node, seq: req.cmd.seq, reason: reason.clone() });
     }
     for ((_, seq), back) in waiters {
-        let _ = back.send(FwdEvent::Failed { seq, reason: reason.clone() });
+        let _ = back.send(FwdEvent::Failed { node, seq, reason: reason.clone() });
     }
 }
 
@@ -133,7 +141,7 @@ async fn serve(
                     if waiters.is_empty() {
                         last_heard = Instant::now();
                     }
-                    wbuf.extend_from_slice(&wire::frame(&ClientMsg::Request { cmd: req.cmd.clone(), meta: Default::default() }));
+                    wbuf.extend_from_slice(&wire::frame(&ClientMsg::Request { cmd: req.cmd.clone(), meta: req.meta.clone() }));
                     waiters.insert((req.cmd.client, req.cmd.seq), req.back);
                     next = if wbuf.len() < 1 << 20 { rx.try_recv().ok() } else { None };
                 }

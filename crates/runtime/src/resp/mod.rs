@@ -64,13 +64,18 @@ pub struct RespShared {
     /// Connection ids, shared with the native listener: the node loop keys replies by them.
     pub next_conn: Arc<AtomicU64>,
     pub forwarder: forward::Forwarder,
+    /// The cluster's members in configuration order (what the client policies see).
+    pub members: Vec<NodeId>,
+    /// The protocol's client policy (registry `client`; the leader policy for an unknown
+    /// name) and its configuration (`retry.attempt_timeout`: one attempt, a local submit or
+    /// a forward, without an answer for this long is retried elsewhere).
+    pub policy: synod_core::client_policy::PolicyFactory,
+    pub client_config: synod_core::ClientConfig,
     pub cursors: commands::Cursors,
     pub stats: RespStats,
     pub started: Instant,
     /// Per-command retry budget before the client is told `TRYAGAIN`.
     pub give_up_after: Duration,
-    /// One attempt (local submit or forward) without an answer for this long is retried.
-    pub attempt_timeout: Duration,
     /// Most RESP connections at once; beyond it Redis's `-ERR max number of clients reached`.
     pub limit: crate::conn_limit::ConnLimit,
 }
@@ -100,11 +105,21 @@ impl RespShared {
             metrics,
             next_conn,
             forwarder: forward::Forwarder::new(clients, config.limits.max_frame_bytes),
+            members: config.members.iter().map(|m| m.id).collect(),
+            policy: synod_protocols::registry::client_for(&config.protocol)
+                .unwrap_or(synod_core::client_policy::leader_policy),
+            client_config: synod_core::ClientConfig {
+                retry: synod_core::RetryTimes {
+                    attempt_timeout: Duration::from_secs(2),
+                    backoff_min: Duration::from_millis(10),
+                    backoff_max: Duration::from_millis(100),
+                },
+                options: config.params.options.clone(),
+            },
             cursors: commands::Cursors::new(commands::MAX_CURSORS),
             stats: RespStats::default(),
             started: Instant::now(),
             give_up_after: Duration::from_secs(20),
-            attempt_timeout: Duration::from_secs(2),
             limit: crate::conn_limit::ConnLimit::new(config.max_connections),
         }
     }
