@@ -7,7 +7,8 @@
 # The image runs `synod server --config /etc/synod/node.toml`: mount a config there (and a
 # volume on /var/lib/synod for the write-ahead log).
 
-FROM rust:1.85-bookworm AS build
+# The newest stable Rust 1.x (the workspace needs >= 1.85; some dependencies may need newer).
+FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p synod \

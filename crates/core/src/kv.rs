@@ -531,25 +531,33 @@ impl Ord for Score {
     }
 }
 
-/// A sorted set: members by name and by (score, member).
+/// A sorted set: members by name and by (score, member), and its size in bytes (members and
+/// 8 per score) kept up to date, so that a write costs O(log n), not a pass over the set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZSet {
     scores: BTreeMap<Bytes, Score>,
     order: BTreeSet<(Score, Bytes)>,
+    size: usize,
 }
 
 impl ZSet {
     fn insert(&mut self, member: Bytes, score: f64) {
         let score = Score(if score == 0.0 { 0.0 } else { score });
-        if let Some(old) = self.scores.insert(member.clone(), score) {
-            self.order.remove(&(old, member.clone()));
+        match self.scores.insert(member.clone(), score) {
+            Some(old) => {
+                self.order.remove(&(old, member.clone()));
+            }
+            None => self.size += member.len() + 8,
         }
         self.order.insert((score, member));
     }
 
     fn remove(&mut self, member: &Bytes) -> bool {
         match self.scores.remove(member) {
-            Some(old) => self.order.remove(&(old, member.clone())),
+            Some(old) => {
+                self.size -= member.len() + 8;
+                self.order.remove(&(old, member.clone()))
+            }
             None => false,
         }
     }
@@ -986,7 +994,7 @@ impl Value {
             Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len()).sum(),
             Value::List(l) => l.iter().map(|v| v.len()).sum(),
             Value::Set(m) => m.iter().map(|v| v.len()).sum(),
-            Value::ZSet(z) => z.scores.keys().map(|m| m.len() + 8).sum(),
+            Value::ZSet(z) => z.size,
         }
     }
 }
@@ -1127,14 +1135,39 @@ impl KvStore {
         }
     }
 
-    /// Store a sorted set under `key`, keeping the key's expiry; an empty one removes the key.
-    fn put_zset(&mut self, key: &Bytes, z: ZSet) {
-        if z.len() == 0 {
-            self.remove(key);
-        } else {
-            let ttl = self.map.get(key).and_then(|i| i.expire_at_ms);
-            self.insert(key.clone(), Value::ZSet(z), ttl);
+    /// Change the sorted set under `key` in place (O(log n) per member, where copying it would
+    /// be O(n)): `change` gets the set, or a new empty one when the key does not exist, and
+    /// returns its result and whether it changed the set. It must fail before changing
+    /// anything. A change bumps the key's version (as every write does; its expiry stays); a set
+    /// left empty removes the key, a new empty one is not stored.
+    fn change_zset<R>(
+        &mut self,
+        key: &Bytes,
+        change: impl FnOnce(&mut ZSet) -> Result<(R, bool), OpResult>,
+    ) -> Result<R, OpResult> {
+        if self.zset(key)?.is_none() {
+            let mut z = ZSet::default();
+            let (r, _) = change(&mut z)?;
+            if z.len() > 0 {
+                self.insert(key.clone(), Value::ZSet(z), None);
+            }
+            return Ok(r);
         }
+        let stamp = self.stamp;
+        let Some(Item { value: Value::ZSet(z), version, .. }) = self.map.get_mut(key) else {
+            return Err(OpResult::Error(WRONGTYPE.into()));
+        };
+        let before = z.size;
+        let (r, changed) = change(z)?;
+        let (after, empty) = (z.size, z.len() == 0);
+        if changed {
+            *version = if stamp != 0 { stamp } else { *version + 1 };
+        }
+        self.bytes = self.bytes - before + after;
+        if empty {
+            self.remove(key);
+        }
+        Ok(r)
     }
 
     /// Store a set under `key`, keeping the key's expiry; an empty set removes the key.
@@ -1596,63 +1629,69 @@ impl KvStore {
                 OpResult::Int(1)
             }
             Op::ZAdd { key, pairs, flags } => {
-                let f = flags;
-                let mut z = self.zset(key)?.cloned().unwrap_or_default();
-                let (mut added, mut changed) = (0, 0);
-                let mut incr_result = None;
-                for (score, member) in pairs {
-                    let mut score = parse_score(score).ok_or_else(|| err("ERR value is not a valid float"))?;
-                    match z.scores.get(member).map(|s| s.0) {
-                        Some(cur) => {
-                            if f.nx {
-                                continue;
-                            }
-                            if f.incr {
-                                score += cur;
-                                if score.is_nan() {
-                                    return Err(err("ERR resulting score is not a number (NaN)"));
-                                }
-                            }
-                            if (f.gt && score <= cur) || (f.lt && score >= cur) {
-                                continue;
-                            }
-                            if score != cur {
-                                z.insert(member.clone(), score);
-                                changed += 1;
-                            }
-                            incr_result = Some(score);
-                        }
-                        None => {
-                            if f.xx {
-                                continue;
-                            }
-                            z.insert(member.clone(), score);
-                            added += 1;
-                            incr_result = Some(score);
+                let f = *flags;
+                // Every check before the first change (change_zset's contract).
+                let parsed = pairs
+                    .iter()
+                    .map(|(score, member)| Ok((parse_score(score).ok_or(())?, member)))
+                    .collect::<Result<Vec<_>, ()>>()
+                    .map_err(|_| err("ERR value is not a valid float"))?;
+                if f.incr && parsed.len() != 1 {
+                    return Err(err("ERR INCR option supports a single increment-element pair"));
+                }
+                if f.incr && !f.nx {
+                    // Only an increment that is applied can make NaN (inf + -inf).
+                    let (by, member) = parsed[0];
+                    if let Some(cur) = self.zset(key)?.and_then(|z| z.scores.get(member)) {
+                        if (by + cur.0).is_nan() {
+                            return Err(err("ERR resulting score is not a number (NaN)"));
                         }
                     }
                 }
-                if added + changed > 0 {
-                    self.put_zset(key, z);
-                }
+                let (added, changed, incr_result) = self.change_zset(key, |z| {
+                    let (mut added, mut changed) = (0, 0);
+                    let mut incr_result = None;
+                    for (mut score, member) in parsed {
+                        match z.scores.get(member).map(|s| s.0) {
+                            Some(cur) => {
+                                if f.nx {
+                                    continue;
+                                }
+                                if f.incr {
+                                    score += cur;
+                                }
+                                if (f.gt && score <= cur) || (f.lt && score >= cur) {
+                                    continue;
+                                }
+                                if score != cur {
+                                    z.insert(member.clone(), score);
+                                    changed += 1;
+                                }
+                                incr_result = Some(score);
+                            }
+                            None => {
+                                if f.xx {
+                                    continue;
+                                }
+                                z.insert(member.clone(), score);
+                                added += 1;
+                                incr_result = Some(score);
+                            }
+                        }
+                    }
+                    Ok(((added, changed, incr_result), added + changed > 0))
+                })?;
                 if f.incr {
                     OpResult::Value(incr_result.map(|x| Bytes::from(format_score(x))))
                 } else {
                     OpResult::Int(if f.ch { added + changed } else { added })
                 }
             }
-            Op::ZRem { key, members } => {
-                let Some(z) = self.zset(key)? else { return Ok(OpResult::Int(0)) };
-                let mut z = z.clone();
+            Op::ZRem { key, members } => OpResult::Int(self.change_zset(key, |z| {
                 let removed = members.iter().filter(|m| z.remove(m)).count() as i64;
-                if removed > 0 {
-                    self.put_zset(key, z);
-                }
-                OpResult::Int(removed)
-            }
-            Op::ZPop { key, max, count } => {
-                let Some(z) = self.zset(key)? else { return Ok(OpResult::Items(Some(Vec::new()))) };
-                let mut z = z.clone();
+                Ok((removed, removed > 0))
+            })?),
+            Op::ZPop { key, max, count } => OpResult::Items(Some(self.change_zset(key, |z| {
                 let mut out = Vec::new();
                 for _ in 0..(*count).min(z.len() as u64) {
                     let first = if *max { z.order.last().cloned() } else { z.order.first().cloned() };
@@ -1661,11 +1700,9 @@ impl KvStore {
                     out.push(member);
                     out.push(Bytes::from(format_score(score.0)));
                 }
-                if !out.is_empty() {
-                    self.put_zset(key, z);
-                }
-                OpResult::Items(Some(out))
-            }
+                let changed = !out.is_empty();
+                Ok((out, changed))
+            })?)),
             Op::SetAdd { key, members } => {
                 let mut m = self.set(key)?.cloned().unwrap_or_default();
                 let added = members.iter().filter(|v| m.insert((*v).clone())).count() as i64;
@@ -2807,6 +2844,37 @@ mod tests {
         assert_eq!(kv.size_bytes(), 0);
         kv.apply0(&Op::Put { key: b("s"), value: b("v") });
         assert_eq!(kv.apply0(&Op::ZCard { key: b("s") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&zadd(&[("1", "a")], none)), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::Get { key: b("z") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::ZRem { key: b("s"), members: vec![b("a")] }), OpResult::Error(WRONGTYPE.into()));
+        // Writes in place: the byte count and the key's version (WATCH) follow every change.
+        let version = |kv: &mut KvStore| kv.apply_stamped(&Op::Versions { keys: vec![b("z")] }, 0, false, 0);
+        let mut kv = KvStore::new();
+        kv.apply_stamped(&zadd(&[("1", "a"), ("2", "bb")], none), 0, false, 5);
+        assert_eq!(kv.size_bytes(), 1 + (1 + 8) + (2 + 8));
+        let v5 = version(&mut kv);
+        kv.apply_stamped(&zadd(&[("9", "a")], f(true, false, false, false, false, false)), 0, false, 6);
+        assert_eq!(version(&mut kv), v5, "NX on an existing member changes nothing");
+        kv.apply_stamped(&zadd(&[("3", "a"), ("1", "ccc")], none), 0, false, 7);
+        assert_ne!(version(&mut kv), v5);
+        assert_eq!(kv.size_bytes(), 1 + (1 + 8) + (2 + 8) + (3 + 8));
+        kv.apply_stamped(&Op::ZRem { key: b("z"), members: vec![b("bb")] }, 0, false, 8);
+        assert_eq!(kv.size_bytes(), 1 + (1 + 8) + (3 + 8));
+        let restored: KvStore = postcard::from_bytes(&postcard::to_allocvec(&kv).unwrap()).unwrap();
+        assert_eq!(restored, kv);
+        // INCR that would make NaN is refused before anything changes; with NX it is a no-op.
+        kv.apply0(&zadd(&[("inf", "a")], none));
+        assert_eq!(
+            kv.apply0(&zadd(&[("-inf", "a")], f(false, false, false, false, false, true))),
+            OpResult::Error("ERR resulting score is not a number (NaN)".into())
+        );
+        assert_eq!(
+            kv.apply0(&zadd(&[("-inf", "a")], f(true, false, false, false, false, true))),
+            OpResult::Value(None)
+        );
+        assert_eq!(kv.apply0(&Op::ZScore { key: b("z"), member: b("a") }), OpResult::Value(Some(b("inf"))));
+        assert_eq!(kv.apply0(&Op::ZPop { key: b("z"), max: true, count: 5 }), items(&["a", "inf", "ccc", "1"]));
+        assert_eq!((kv.size_bytes(), kv.len()), (0, 0));
         // Redis's %.17g.
         for (x, text) in [
             (0.1, "0.10000000000000001"),
