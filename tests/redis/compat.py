@@ -18,7 +18,7 @@ import socket
 import sys
 
 # Each case: (connection, mode, command words). Connection 1 or 2 (WATCH needs a second
-# client). Modes: "exact", "approx" (integers within 1500 of each other: PTTL), "set"
+# client), both RESP2, or 3, which speaks RESP3 (HELLO 3). Modes: "exact", "approx" (integers within 1500 of each other: PTTL), "set"
 # (arrays compared as multisets: SMEMBERS order is Redis's hash order), "shape" (same type,
 # same array length, both null or both not: SPOP/SRANDMEMBER pick at random in Redis and by
 # the command's stamp in synod).
@@ -338,6 +338,120 @@ CASES = [
     c("EXISTS", "st"),
     c("SREM", "st2", "b", "c", "x"),
     c("EXISTS", "st2"),
+    # sorted sets
+    c("ZADD", "z", 1, "a", 2, "b", 3, "c"),
+    c("ZADD", "z", "1.5", "a", "0.1", "d", "1e20", "e", "inf", "f", "-0", "g"),
+    c("ZRANGE", "z", 0, -1, "WITHSCORES"),
+    c("ZRANGE", "z", 0, 1),
+    c("ZRANGE", "z", -2, -1, "REV"),
+    c("ZREVRANGE", "z", 0, 2, "WITHSCORES"),
+    c("ZRANGE", "z", "(1", 5, "BYSCORE"),
+    c("ZRANGE", "z", "+inf", "-inf", "BYSCORE", "REV", "WITHSCORES"),
+    c("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", 1, 2),
+    c("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", -1, 2),
+    c("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", 2, -1),
+    c("ZRANGE", "z", 0, -1, "LIMIT", 0, 1),
+    c("ZRANGE", "z", 0, -1, "LIMIT", 0),
+    c("ZRANGE", "z", "a", "b", "BYSCORE"),
+    c("ZRANGE", "z", 0, -1, "BYLEX", "WITHSCORES"),
+    c("ZRANGEBYSCORE", "z", 1, 3, "WITHSCORES"),
+    c("ZRANGEBYSCORE", "z", "-inf", "+inf", "REV"),
+    c("ZREVRANGEBYSCORE", "z", 3, "(1", "LIMIT", 0, 1),
+    c("ZRANGE", "nosuch", 0, -1),
+    c("ZSCORE", "z", "a"),
+    c("ZSCORE", "z", "d"),
+    c("ZSCORE", "z", "nosuch"),
+    c("ZINCRBY", "z", "0.2", "d"),
+    c("ZINCRBY", "z", "x", "d"),
+    c("ZINCRBY", "z", "-inf", "f"),
+    c("ZINCRBY", "znew", 5, "m"),
+    c("ZCARD", "z"),
+    c("ZCARD", "nosuch"),
+    c("ZRANK", "z", "b"),
+    c("ZREVRANK", "z", "b"),
+    c("ZRANK", "z", "nosuch"),
+    c("ZRANK", "nosuch", "m"),
+    c("ZCOUNT", "z", "(1", "3"),
+    c("ZCOUNT", "z", "-inf", "+inf"),
+    c("ZCOUNT", "z", "x", 1),
+    c("ZADD", "z", "NX", 10, "a", 10, "new"),
+    c("ZADD", "z", "XX", "CH", 10, "a", 10, "new2"),
+    c("ZADD", "z", "GT", "CH", 5, "a", 50, "b"),
+    c("ZADD", "z", "LT", "CH", 5, "a", 50, "c"),
+    c("ZADD", "z", "INCR", 1, "a"),
+    c("ZADD", "z", "XX", "INCR", 1, "nosuch"),
+    c("ZADD", "z", "NX", "INCR", 1, "a"),
+    c("ZADD", "z", "NX", "XX", 1, "a"),
+    c("ZADD", "z", "GT", "LT", 1, "a"),
+    c("ZADD", "z", "NX", "GT", 1, "a"),
+    c("ZADD", "z", "INCR", 1, "a", 2, "b"),
+    c("ZADD", "z", 1),
+    c("ZADD", "z", 1, "a", 2),
+    c("ZADD", "z", "BOGUS", 1, "a"),
+    c("ZADD", "z", "nan", "a"),
+    c("ZADD", "z", "abc", "a"),
+    c("ZADD", "zxx", "XX", 1, "a"),
+    c("EXISTS", "zxx"),
+    c("ZRANGE", "z", 0, -1, "WITHSCORES"),
+    c("ZREM", "z", "a", "nosuch"),
+    c("ZPOPMIN", "z"),
+    c("ZPOPMAX", "z", 2),
+    c("ZPOPMIN", "z", 0),
+    c("ZPOPMIN", "z", -1),
+    c("ZPOPMIN", "z", "x"),
+    c("ZPOPMIN", "z", 1, 2),
+    c("ZPOPMIN", "nosuch"),
+    c("ZPOPMIN", "nosuch", 2),
+    c("TYPE", "z"),
+    c("ZADD", "str", 1, "a"),
+    c("ZSCORE", "str", "a"),
+    c("ZRANGE", "str", 0, -1),
+    # lexicographic ranges (all scores equal)
+    c("ZADD", "lex", 0, "a", 0, "b", 0, "c", 0, "d", 0, "e", 0, "ff"),
+    c("ZRANGE", "lex", "[b", "(e", "BYLEX"),
+    c("ZRANGE", "lex", "-", "+", "BYLEX", "LIMIT", 1, 2),
+    c("ZRANGE", "lex", "+", "-", "BYLEX", "REV"),
+    c("ZRANGE", "lex", "(e", "[b", "BYLEX", "REV", "LIMIT", 0, 2),
+    c("ZRANGE", "lex", "[f", "+", "BYLEX"),
+    c("ZRANGE", "lex", "b", "e", "BYLEX"),
+    c("ZRANGE", "lex", "-", "+", "BYLEX", "BYSCORE"),
+    c("ZRANGE", "lex", "-", "+", "BYLEX", "WITHSCORES"),
+    c("ZRANGE", "lex", 0, -1, "LIMIT", 0, -1),
+    c("ZRANGE", "lex", 0, -1, "REV", "REV"),
+    c("ZRANGEBYLEX", "lex", "[c", "+"),
+    c("ZRANGEBYLEX", "lex", "-", "+", "LIMIT", 2, 10),
+    c("ZRANGEBYLEX", "lex", "-", "+", "WITHSCORES"),
+    c("ZRANGEBYLEX", "lex", "-", "+", "REV"),
+    c("ZREVRANGEBYLEX", "lex", "[d", "-"),
+    c("ZREVRANGEBYLEX", "lex", "+", "(a", "LIMIT", 1, 1),
+    c("ZREVRANGE", "lex", 0, 1, "LIMIT", 0, 1),
+    c("ZLEXCOUNT", "lex", "-", "+"),
+    c("ZLEXCOUNT", "lex", "(a", "[d"),
+    c("ZLEXCOUNT", "lex", "x", "+"),
+    c("ZLEXCOUNT", "nosuch", "-", "+"),
+    c("ZLEXCOUNT", "str", "-", "+"),
+    c("ZRANGEBYLEX", "nosuch", "-", "+"),
+    c("ZMSCORE", "z", "b", "nosuch", "c"),
+    c("ZMSCORE", "nosuch", "a"),
+    c("ZMSCORE", "z"),
+    c("ZMSCORE", "str", "a"),
+    # the same replies under RESP3: scores are doubles, (member, score) pairs nested arrays
+    c("ZSCORE", "z", "b", conn=3),
+    c("ZSCORE", "z", "nosuch", conn=3),
+    c("ZMSCORE", "z", "b", "nosuch", conn=3),
+    c("ZINCRBY", "z", "0.5", "b", conn=3),
+    c("ZADD", "z", "INCR", 1, "b", conn=3),
+    c("ZADD", "z", "XX", "INCR", 1, "nosuch", conn=3),
+    c("ZADD", "z", 7, "q", conn=3),
+    c("ZRANGE", "z", 0, -1, "WITHSCORES", conn=3),
+    c("ZRANGE", "z", 0, -1, conn=3),
+    c("ZRANGEBYSCORE", "z", "-inf", "+inf", "WITHSCORES", conn=3),
+    c("ZRANK", "z", "nosuch", conn=3),
+    c("ZPOPMIN", "z", conn=3),
+    c("ZPOPMAX", "z", 2, conn=3),
+    c("ZPOPMIN", "nosuch", conn=3),
+    c("ZPOPMAX", "z", 100),
+    c("EXISTS", "z"),
     # FLUSHDB / FLUSHALL
     c("FLUSHDB", "BOGUS"),
     c("FLUSHDB", "ASYNC"),
@@ -349,9 +463,13 @@ CASES = [
 
 
 class Conn:
-    def __init__(self, host, port):
+    def __init__(self, host, port, proto=2):
         self.sock = socket.create_connection((host, port), timeout=30)
         self.buf = b""
+        if proto == 3:
+            # The HELLO reply names the server: not compared, only consumed.
+            self.send([b"HELLO", b"3"])
+            self.reply()
 
     def send(self, words):
         out = b"*%d\r\n" % len(words)
@@ -390,6 +508,17 @@ class Conn:
         if kind == b"*":
             n = int(rest)
             return ("*", None if n < 0 else [self.reply() for _ in range(n)])
+        # RESP3 (connection 3): doubles compared as numbers (Redis prints them with %.17g),
+        # nulls, maps, sets and booleans.
+        if kind == b",":
+            return (",", float(rest))
+        if kind == b"_":
+            return ("_", None)
+        if kind == b"#":
+            return ("#", rest == b"t")
+        if kind in (b"%", b"~"):
+            n = int(rest) * (2 if kind == b"%" else 1)
+            return (kind.decode(), [self.reply() for _ in range(n)])
         raise ValueError(f"unexpected reply line {line!r}")
 
 
@@ -413,8 +542,8 @@ def main():
     ap.add_argument("-v", action="store_true", help="print every reply")
     args = ap.parse_args()
     conns = {
-        "redis": {1: Conn(args.host, args.redis), 2: Conn(args.host, args.redis)},
-        "synod": {1: Conn(args.host, args.synod), 2: Conn(args.host, args.synod)},
+        name: {1: Conn(args.host, port), 2: Conn(args.host, port), 3: Conn(args.host, port, proto=3)}
+        for name, port in (("redis", args.redis), ("synod", args.synod))
     }
     bad = 0
     for i, (conn, mode, words) in enumerate(CASES):

@@ -303,6 +303,41 @@ def test_lists_and_sets(r, p):
         r.lpush(s, "a")
 
 
+@pytest.mark.parametrize("proto", [2, 3])
+def test_sorted_sets(p, proto):
+    # redis-py 8 speaks RESP3 by default, where scores must arrive as doubles; RESP2 clients
+    # convert the bulk strings themselves.
+    r = client(decode_responses=True, protocol=proto)
+    z = p + "z"
+    assert r.zadd(z, {"a": 1, "b": 2, "c": 3}) == 3
+    pairs = lambda v: [tuple(x) for x in v]  # tuples in RESP2, lists in RESP3 (redis-py 8)
+    assert pairs(r.zrange(z, 0, -1, withscores=True)) == [("a", 1.0), ("b", 2.0), ("c", 3.0)]
+    assert r.zincrby(z, 2.5, "a") == 3.5
+    assert r.zscore(z, "a") == 3.5
+    assert r.zscore(z, "nosuch") is None
+    assert r.zmscore(z, ["b", "nosuch"]) == [2.0, None]
+    assert r.zadd(z, {"b": 1}, incr=True) == 3.0
+    assert r.zrangebyscore(z, 2, "+inf") == ["b", "c", "a"]  # ties by member
+    assert pairs(r.zrangebyscore(z, "(3", "+inf", withscores=True)) == [("a", 3.5)]
+    assert r.zrevrank(z, "a") == 0
+    assert r.zrank(z, "nosuch") is None
+    assert r.zcount(z, "-inf", "(3.5") == 2
+    # Without a count, Redis 7 answers one flat [member, score] under RESP3.
+    assert r.zpopmin(z) == ([("b", 3.0)] if proto == 2 else ["b", 3.0])
+    assert r.zcard(z) == 2
+    assert pairs(r.zpopmax(z, 5)) == [("c", 3.0), ("a", 3.5)][::-1]
+    assert r.exists(z) == 0
+    lex = p + "lex"
+    r.zadd(lex, {m: 0 for m in "abcde"})
+    assert r.zrangebylex(lex, "[b", "(d") == ["b", "c"]
+    assert r.zrevrangebylex(lex, "+", "-", start=0, num=2) == ["e", "d"]
+    assert r.zlexcount(lex, "-", "+") == 5
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.set(p + "s", "v")
+        r.zadd(p + "s", {"a": 1})
+    r.close()
+
+
 def test_scan_match_count_and_keys(r, p):
     want = {f"{p}user:{i}" for i in range(40)}
     r.mset({k: "v" for k in want})

@@ -342,6 +342,261 @@ pub enum Op {
         from_left: bool,
         to_left: bool,
     },
+    // Sorted sets: after every older variant, so that WALs and snapshots written before
+    // them (postcard numbers variants in order) still decode.
+    /// ZADD: `pairs` are (score text, member), checked by the front end. NX/XX/GT/LT/CH as in
+    /// Redis; with `incr` (one pair) the score is added, like ZINCRBY, and the new score (or
+    /// None when a condition prevented it) is returned.
+    ZAdd {
+        key: Bytes,
+        pairs: Vec<(Bytes, Bytes)>,
+        flags: ZAddFlags,
+    },
+    /// Remove members (ZREM); returns how many were there.
+    ZRem {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    /// Score of a member (ZSCORE), as Redis prints it.
+    ZScore {
+        key: Bytes,
+        member: Bytes,
+    },
+    /// Scores of several members, None for a missing one (ZMSCORE).
+    ZMScore {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    /// Number of members (ZCARD).
+    ZCard {
+        key: Bytes,
+    },
+    /// Rank of a member, by ascending score (or descending with `rev`) (ZRANK/ZREVRANK).
+    ZRank {
+        key: Bytes,
+        member: Bytes,
+        rev: bool,
+    },
+    /// Members with a score within the bounds (ZCOUNT).
+    ZCount {
+        key: Bytes,
+        min: ScoreBound,
+        max: ScoreBound,
+    },
+    /// Members within a lexicographic range (ZLEXCOUNT).
+    ZLexCount {
+        key: Bytes,
+        min: LexBound,
+        max: LexBound,
+    },
+    /// Members (with their scores when `with_scores`) by rank, score or name (ZRANGE,
+    /// ZRANGEBYSCORE, ZREVRANGE): `limit` is (offset, count), count < 0 = all.
+    ZRange {
+        key: Bytes,
+        by: ZRangeBy,
+        rev: bool,
+        limit: Option<(i64, i64)>,
+        with_scores: bool,
+    },
+    /// Remove and return the lowest (or highest with `max`) members and scores (ZPOPMIN/MAX).
+    ZPop {
+        key: Bytes,
+        max: bool,
+        count: u64,
+    },
+}
+
+/// Options of ZADD.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ZAddFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+    pub ch: bool,
+    pub incr: bool,
+}
+
+/// One end of a score range: the f64's bits, and whether the end is excluded (`(1.5`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ScoreBound {
+    pub bits: u64,
+    pub exclusive: bool,
+}
+
+impl ScoreBound {
+    pub fn new(x: f64, exclusive: bool) -> ScoreBound {
+        ScoreBound { bits: x.to_bits(), exclusive }
+    }
+
+    fn below_or_at(&self, x: f64) -> bool {
+        let b = f64::from_bits(self.bits);
+        if self.exclusive {
+            b < x
+        } else {
+            b <= x
+        }
+    }
+
+    fn above_or_at(&self, x: f64) -> bool {
+        let b = f64::from_bits(self.bits);
+        if self.exclusive {
+            b > x
+        } else {
+            b >= x
+        }
+    }
+}
+
+/// How ZRANGE selects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ZRangeBy {
+    /// Ranks, Redis index rules (negative from the end).
+    Index { start: i64, stop: i64 },
+    /// Scores within [min, max] (the bounds as given, whatever `rev`).
+    Score { min: ScoreBound, max: ScoreBound },
+    /// Members within [min, max] by bytes (BYLEX; meant for sets whose scores are all equal,
+    /// as in Redis, where the order of members with different scores is unspecified).
+    Lex { min: LexBound, max: LexBound },
+}
+
+/// One end of a lexicographic range: `-`, `+`, `[member` (included), `(member` (excluded).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LexBound {
+    Min,
+    Max,
+    Included(Bytes),
+    Excluded(Bytes),
+}
+
+impl LexBound {
+    /// Redis's syntax; None for anything else.
+    pub fn parse(v: &[u8]) -> Option<LexBound> {
+        match v {
+            b"-" => Some(LexBound::Min),
+            b"+" => Some(LexBound::Max),
+            [b'[', rest @ ..] => Some(LexBound::Included(Bytes::copy_from_slice(rest))),
+            [b'(', rest @ ..] => Some(LexBound::Excluded(Bytes::copy_from_slice(rest))),
+            _ => None,
+        }
+    }
+
+    /// Whether `m` is at or after this bound taken as a minimum.
+    fn admits_from_below(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::Min => true,
+            LexBound::Max => false,
+            LexBound::Included(b) => m >= &b[..],
+            LexBound::Excluded(b) => m > &b[..],
+        }
+    }
+
+    /// Whether `m` is at or before this bound taken as a maximum.
+    fn admits_from_above(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::Min => false,
+            LexBound::Max => true,
+            LexBound::Included(b) => m <= &b[..],
+            LexBound::Excluded(b) => m < &b[..],
+        }
+    }
+
+    /// The member it names (empty for `-` and `+`).
+    fn name(&self) -> &[u8] {
+        match self {
+            LexBound::Min | LexBound::Max => b"",
+            LexBound::Included(b) | LexBound::Excluded(b) => b,
+        }
+    }
+}
+
+/// A sorted-set score: an f64 with a total order (never NaN, -0 stored as 0).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Score(pub f64);
+
+impl PartialEq for Score {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.total_cmp(&other.0).is_eq()
+    }
+}
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// A sorted set: members by name and by (score, member), and its size in bytes (members and
+/// 8 per score) kept up to date, so that a write costs O(log n), not a pass over the set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZSet {
+    scores: BTreeMap<Bytes, Score>,
+    order: BTreeSet<(Score, Bytes)>,
+    size: usize,
+}
+
+impl ZSet {
+    fn insert(&mut self, member: Bytes, score: f64) {
+        let score = Score(if score == 0.0 { 0.0 } else { score });
+        match self.scores.insert(member.clone(), score) {
+            Some(old) => {
+                self.order.remove(&(old, member.clone()));
+            }
+            None => self.size += member.len() + 8,
+        }
+        self.order.insert((score, member));
+    }
+
+    fn remove(&mut self, member: &Bytes) -> bool {
+        match self.scores.remove(member) {
+            Some(old) => {
+                self.size -= member.len() + 8;
+                self.order.remove(&(old, member.clone()))
+            }
+            None => false,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.scores.len()
+    }
+}
+
+/// A score as Redis 7.0 prints one: C's `%.17g` (`0.10000000000000001`, `1e+20`, `inf`).
+pub fn format_score(x: f64) -> String {
+    if x.is_infinite() {
+        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if x == 0.0 {
+        return "0".into();
+    }
+    let sci = format!("{x:.16e}");
+    let (mantissa, exp) = sci.split_once('e').expect("exponent");
+    let exp: i32 = exp.parse().expect("exponent");
+    let trim = |m: &str| -> String {
+        if m.contains('.') {
+            m.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            m.to_string()
+        }
+    };
+    if !(-4..17).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
+    } else {
+        let decimals = (16 - exp).max(0) as usize;
+        trim(&format!("{x:.decimals$}"))
+    }
+}
+
+/// A score as Redis parses one (ZADD, ZINCRBY): a float, infinities allowed, NaN refused.
+pub fn parse_score(v: &[u8]) -> Option<f64> {
+    parse_f64(v)
 }
 
 /// Which combination of sets [`Op::SetCombine`] computes.
@@ -416,6 +671,9 @@ impl Op {
                 | Op::HashIncrBy { .. }
                 | Op::HashIncrByFloat { .. }
                 | Op::HashSetNx { .. }
+                | Op::ZAdd { .. }
+                | Op::ZRem { .. }
+                | Op::ZPop { .. }
         ) || matches!(self, Op::Multi { ops, .. } if ops.iter().any(Op::is_write))
     }
 
@@ -462,7 +720,17 @@ impl Op {
             | Op::HashIncrBy { key, .. }
             | Op::HashIncrByFloat { key, .. }
             | Op::HashSetNx { key, .. }
-            | Op::HashStrlen { key, .. } => Footprint::Keys(vec![key]),
+            | Op::HashStrlen { key, .. }
+            | Op::ZAdd { key, .. }
+            | Op::ZRem { key, .. }
+            | Op::ZScore { key, .. }
+            | Op::ZMScore { key, .. }
+            | Op::ZCard { key }
+            | Op::ZRank { key, .. }
+            | Op::ZCount { key, .. }
+            | Op::ZLexCount { key, .. }
+            | Op::ZRange { key, .. }
+            | Op::ZPop { key, .. } => Footprint::Keys(vec![key]),
             Op::SetCombine { keys, .. } => Footprint::Keys(keys.iter().map(|k| &k[..]).collect()),
             Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
                 Footprint::Keys(vec![from, to])
@@ -519,89 +787,58 @@ impl Op {
     /// Approximate size in bytes (for batching limits and bandwidth accounting).
     pub fn size(&self) -> usize {
         let mut n = 0;
-        self.for_each_key(&mut |k| n += k.len());
+        self.for_each_name(&mut |k| n += k.len());
         self.for_each_value(&mut |v| n += v.len());
         n
     }
 
-    fn for_each_key(&self, f: &mut dyn FnMut(&Bytes)) {
-        match self {
-            Op::Get { key }
-            | Op::Put { key, .. }
-            | Op::Delete { key }
-            | Op::Cas { key, .. }
-            | Op::Set { key, .. }
-            | Op::SetWithTtl { key, .. }
-            | Op::IncrBy { key, .. }
-            | Op::Append { key, .. }
-            | Op::Strlen { key }
-            | Op::GetDel { key }
-            | Op::HashGetAll { key }
-            | Op::HashLen { key }
-            | Op::Type { key }
-            | Op::Expire { key, .. }
-            | Op::Ttl { key }
-            | Op::Persist { key }
-            | Op::GetRange { key, .. }
-            | Op::SetRange { key, .. }
-            | Op::GetEx { key, .. }
-            | Op::IncrByFloat { key, .. }
-            | Op::ListPush { key, .. }
-            | Op::ListPop { key, .. }
-            | Op::ListRange { key, .. }
-            | Op::ListLen { key }
-            | Op::ListIndex { key, .. }
-            | Op::ListSet { key, .. }
-            | Op::ListRemove { key, .. }
-            | Op::ListTrim { key, .. }
-            | Op::SetMembers { key }
-            | Op::SetCard { key }
-            | Op::SetPop { key, .. }
-            | Op::SetRandMember { key, .. } => f(key),
-            Op::SetAdd { key, members } | Op::SetRemove { key, members } => {
-                f(key);
-                members.iter().for_each(f);
-            }
-            Op::SetIsMember { key, member: field }
-            | Op::HashIncrBy { key, field, .. }
-            | Op::HashIncrByFloat { key, field, .. }
-            | Op::HashSetNx { key, field, .. }
-            | Op::HashStrlen { key, field } => {
-                f(key);
-                f(field);
-            }
-            Op::SetCombine { keys, .. } => keys.iter().for_each(f),
-            Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
-                f(from);
-                f(to);
-            }
-            Op::HashSet { key, pairs } => {
-                f(key);
-                pairs.iter().for_each(|(field, _)| f(field));
-            }
-            Op::HashGet { key, fields } | Op::HashDelete { key, fields } => {
-                f(key);
-                fields.iter().for_each(f);
-            }
-            Op::MultiGet { keys } | Op::MultiDelete { keys } | Op::Exists { keys } | Op::Versions { keys } => {
-                keys.iter().for_each(f)
-            }
-            Op::Multi { ops, watch } => {
-                watch.iter().for_each(|(k, _)| f(k));
-                ops.iter().for_each(|op| op.for_each_key(f));
-            }
-            Op::MultiPut { pairs } => pairs.iter().for_each(|(k, _)| f(k)),
-            Op::Scan { start, end, .. } => {
+    /// Every key and every name inside a key (hash field, set or sorted-set member, scan bound
+    /// or pattern) the operation carries: what counts against `max_key_bytes` and towards
+    /// [`Op::size`]. The keys come from [`Op::footprint`], the one list of what each operation
+    /// touches; only the names inside a key are listed here.
+    fn for_each_name(&self, f: &mut dyn FnMut(&[u8])) {
+        if let Op::Multi { ops, watch } = self {
+            // Not the footprint: a range in one part widens that to the whole key space.
+            watch.iter().for_each(|(k, _)| f(k));
+            ops.iter().for_each(|op| op.for_each_name(f));
+            return;
+        }
+        match self.footprint() {
+            Footprint::Keys(keys) => keys.into_iter().for_each(&mut *f),
+            Footprint::Range { start, end } => {
                 f(start);
                 f(end);
             }
+            Footprint::None | Footprint::All => {}
+        }
+        match self {
+            Op::HashSet { pairs, .. } => pairs.iter().for_each(|(field, _)| f(field)),
+            Op::ZAdd { pairs, .. } => pairs.iter().for_each(|(_, member)| f(member)),
+            Op::HashGet { fields: names, .. }
+            | Op::HashDelete { fields: names, .. }
+            | Op::SetAdd { members: names, .. }
+            | Op::SetRemove { members: names, .. }
+            | Op::ZRem { members: names, .. }
+            | Op::ZMScore { members: names, .. } => names.iter().for_each(|n| f(n)),
+            Op::SetIsMember { member: name, .. }
+            | Op::ZScore { member: name, .. }
+            | Op::ZRank { member: name, .. }
+            | Op::HashIncrBy { field: name, .. }
+            | Op::HashIncrByFloat { field: name, .. }
+            | Op::HashSetNx { field: name, .. }
+            | Op::HashStrlen { field: name, .. } => f(name),
             Op::KeyScan { after, pattern, .. } => {
                 f(after);
                 if let Some(p) = pattern {
                     f(p);
                 }
             }
-            Op::Noop | Op::DbSize | Op::FlushAll => {}
+            Op::ZLexCount { min, max, .. } | Op::ZRange { by: ZRangeBy::Lex { min, max }, .. } => {
+                f(min.name());
+                f(max.name());
+            }
+            // Operations whose only names are their keys.
+            _ => {}
         }
     }
 
@@ -631,7 +868,7 @@ impl Op {
     /// Check the operation against the limits; the error is what the client is told.
     pub fn validate(&self, limits: &Limits) -> Result<(), CommandError> {
         let mut err = None;
-        self.for_each_key(&mut |k| {
+        self.for_each_name(&mut |k| {
             if k.len() > limits.max_key_bytes && err.is_none() {
                 err = Some(CommandError::KeyTooLarge { size: k.len(), limit: limits.max_key_bytes });
             }
@@ -747,6 +984,7 @@ pub enum Value {
     Hash(BTreeMap<Bytes, Bytes>),
     List(VecDeque<Bytes>),
     Set(BTreeSet<Bytes>),
+    ZSet(ZSet),
 }
 
 impl Value {
@@ -756,6 +994,7 @@ impl Value {
             Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len()).sum(),
             Value::List(l) => l.iter().map(|v| v.len()).sum(),
             Value::Set(m) => m.iter().map(|v| v.len()).sum(),
+            Value::ZSet(z) => z.size,
         }
     }
 }
@@ -886,6 +1125,49 @@ impl KvStore {
             Some(Item { value: Value::Set(m), .. }) => Ok(Some(m)),
             Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
         }
+    }
+
+    fn zset(&self, key: &[u8]) -> Result<Option<&ZSet>, OpResult> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Item { value: Value::ZSet(z), .. }) => Ok(Some(z)),
+            Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
+        }
+    }
+
+    /// Change the sorted set under `key` in place (O(log n) per member, where copying it would
+    /// be O(n)): `change` gets the set, or a new empty one when the key does not exist, and
+    /// returns its result and whether it changed the set. It must fail before changing
+    /// anything. A change bumps the key's version (as every write does; its expiry stays); a set
+    /// left empty removes the key, a new empty one is not stored.
+    fn change_zset<R>(
+        &mut self,
+        key: &Bytes,
+        change: impl FnOnce(&mut ZSet) -> Result<(R, bool), OpResult>,
+    ) -> Result<R, OpResult> {
+        if self.zset(key)?.is_none() {
+            let mut z = ZSet::default();
+            let (r, _) = change(&mut z)?;
+            if z.len() > 0 {
+                self.insert(key.clone(), Value::ZSet(z), None);
+            }
+            return Ok(r);
+        }
+        let stamp = self.stamp;
+        let Some(Item { value: Value::ZSet(z), version, .. }) = self.map.get_mut(key) else {
+            return Err(OpResult::Error(WRONGTYPE.into()));
+        };
+        let before = z.size;
+        let (r, changed) = change(z)?;
+        let (after, empty) = (z.size, z.len() == 0);
+        if changed {
+            *version = if stamp != 0 { stamp } else { *version + 1 };
+        }
+        self.bytes = self.bytes - before + after;
+        if empty {
+            self.remove(key);
+        }
+        Ok(r)
     }
 
     /// Store a set under `key`, keeping the key's expiry; an empty set removes the key.
@@ -1346,6 +1628,81 @@ impl KvStore {
                 self.insert(key.clone(), Value::Hash(h), ttl);
                 OpResult::Int(1)
             }
+            Op::ZAdd { key, pairs, flags } => {
+                let f = *flags;
+                // Every check before the first change (change_zset's contract).
+                let parsed = pairs
+                    .iter()
+                    .map(|(score, member)| Ok((parse_score(score).ok_or(())?, member)))
+                    .collect::<Result<Vec<_>, ()>>()
+                    .map_err(|_| err("ERR value is not a valid float"))?;
+                if f.incr && parsed.len() != 1 {
+                    return Err(err("ERR INCR option supports a single increment-element pair"));
+                }
+                if f.incr && !f.nx {
+                    // Only an increment that is applied can make NaN (inf + -inf).
+                    let (by, member) = parsed[0];
+                    if let Some(cur) = self.zset(key)?.and_then(|z| z.scores.get(member)) {
+                        if (by + cur.0).is_nan() {
+                            return Err(err("ERR resulting score is not a number (NaN)"));
+                        }
+                    }
+                }
+                let (added, changed, incr_result) = self.change_zset(key, |z| {
+                    let (mut added, mut changed) = (0, 0);
+                    let mut incr_result = None;
+                    for (mut score, member) in parsed {
+                        match z.scores.get(member).map(|s| s.0) {
+                            Some(cur) => {
+                                if f.nx {
+                                    continue;
+                                }
+                                if f.incr {
+                                    score += cur;
+                                }
+                                if (f.gt && score <= cur) || (f.lt && score >= cur) {
+                                    continue;
+                                }
+                                if score != cur {
+                                    z.insert(member.clone(), score);
+                                    changed += 1;
+                                }
+                                incr_result = Some(score);
+                            }
+                            None => {
+                                if f.xx {
+                                    continue;
+                                }
+                                z.insert(member.clone(), score);
+                                added += 1;
+                                incr_result = Some(score);
+                            }
+                        }
+                    }
+                    Ok(((added, changed, incr_result), added + changed > 0))
+                })?;
+                if f.incr {
+                    OpResult::Value(incr_result.map(|x| Bytes::from(format_score(x))))
+                } else {
+                    OpResult::Int(if f.ch { added + changed } else { added })
+                }
+            }
+            Op::ZRem { key, members } => OpResult::Int(self.change_zset(key, |z| {
+                let removed = members.iter().filter(|m| z.remove(m)).count() as i64;
+                Ok((removed, removed > 0))
+            })?),
+            Op::ZPop { key, max, count } => OpResult::Items(Some(self.change_zset(key, |z| {
+                let mut out = Vec::new();
+                for _ in 0..(*count).min(z.len() as u64) {
+                    let first = if *max { z.order.last().cloned() } else { z.order.first().cloned() };
+                    let Some((score, member)) = first else { break };
+                    z.remove(&member);
+                    out.push(member);
+                    out.push(Bytes::from(format_score(score.0)));
+                }
+                let changed = !out.is_empty();
+                Ok((out, changed))
+            })?)),
             Op::SetAdd { key, members } => {
                 let mut m = self.set(key)?.cloned().unwrap_or_default();
                 let added = members.iter().filter(|v| m.insert((*v).clone())).count() as i64;
@@ -1416,7 +1773,7 @@ impl KvStore {
                 let upper = if end.is_empty() { Bound::Unbounded } else { Bound::Excluded(end.clone()) };
                 let it = self.map.range((Bound::Included(start.clone()), upper)).filter_map(|(k, i)| match &i.value {
                     Value::Str(v) => Some((k.clone(), v.clone())),
-                    Value::Hash(_) | Value::List(_) | Value::Set(_) => None,
+                    Value::Hash(_) | Value::List(_) | Value::Set(_) | Value::ZSet(_) => None,
                 });
                 OpResult::Scan(if *limit == 0 { it.collect() } else { it.take(*limit as usize).collect() })
             }
@@ -1446,6 +1803,7 @@ impl KvStore {
                     Some(Item { value: Value::Hash(_), .. }) => "hash",
                     Some(Item { value: Value::List(_), .. }) => "list",
                     Some(Item { value: Value::Set(_), .. }) => "set",
+                    Some(Item { value: Value::ZSet(_), .. }) => "zset",
                 }
                 .into(),
             ),
@@ -1488,6 +1846,73 @@ impl KvStore {
             Op::SetIsMember { key, member } => OpResult::Int(self.set(key)?.is_some_and(|m| m.contains(member)) as i64),
             Op::HashStrlen { key, field } => {
                 OpResult::Int(self.hash(key)?.and_then(|h| h.get(field)).map_or(0, |v| v.len() as i64))
+            }
+            Op::ZScore { key, member } => OpResult::Value(
+                self.zset(key)?.and_then(|z| z.scores.get(member)).map(|s| Bytes::from(format_score(s.0))),
+            ),
+            Op::ZMScore { key, members } => {
+                let z = self.zset(key)?;
+                OpResult::Values(
+                    members
+                        .iter()
+                        .map(|m| z.and_then(|z| z.scores.get(m)).map(|s| Bytes::from(format_score(s.0))))
+                        .collect(),
+                )
+            }
+            Op::ZCard { key } => OpResult::Int(self.zset(key)?.map_or(0, |z| z.len() as i64)),
+            Op::ZRank { key, member, rev } => {
+                let z = self.zset(key)?;
+                match z.and_then(|z| z.scores.get(member).map(|s| (z, *s))) {
+                    None => OpResult::Value(None),
+                    Some((z, s)) => {
+                        let below = z.order.range(..(s, member.clone())).count();
+                        OpResult::Int(if *rev { z.len() - 1 - below } else { below } as i64)
+                    }
+                }
+            }
+            Op::ZCount { key, min, max } => OpResult::Int(self.zset(key)?.map_or(0, |z| {
+                z.order.iter().filter(|(s, _)| min.below_or_at(s.0) && max.above_or_at(s.0)).count() as i64
+            })),
+            Op::ZLexCount { key, min, max } => OpResult::Int(self.zset(key)?.map_or(0, |z| {
+                z.scores.keys().filter(|m| min.admits_from_below(m) && max.admits_from_above(m)).count() as i64
+            })),
+            Op::ZRange { key, by, rev, limit, with_scores } => {
+                let Some(z) = self.zset(key)? else { return Ok(OpResult::Items(Some(Vec::new()))) };
+                let ordered: Vec<&(Score, Bytes)> =
+                    if *rev { z.order.iter().rev().collect() } else { z.order.iter().collect() };
+                let selected: Vec<&(Score, Bytes)> = match by {
+                    ZRangeBy::Index { start, stop } => match list_range(*start, *stop, ordered.len()) {
+                        Some((s, e)) => ordered[s..=e].to_vec(),
+                        None => Vec::new(),
+                    },
+                    ZRangeBy::Score { min, max } => {
+                        ordered.into_iter().filter(|(s, _)| min.below_or_at(s.0) && max.above_or_at(s.0)).collect()
+                    }
+                    ZRangeBy::Lex { min, max } => ordered
+                        .into_iter()
+                        .filter(|(_, m)| min.admits_from_below(m) && max.admits_from_above(m))
+                        .collect(),
+                };
+                let selected: Vec<&(Score, Bytes)> = match limit {
+                    Some((offset, _)) if *offset < 0 => Vec::new(),
+                    Some((offset, count)) => {
+                        let it = selected.into_iter().skip(*offset as usize);
+                        if *count < 0 {
+                            it.collect()
+                        } else {
+                            it.take(*count as usize).collect()
+                        }
+                    }
+                    None => selected,
+                };
+                let mut out = Vec::new();
+                for (s, m) in selected {
+                    out.push(m.clone());
+                    if *with_scores {
+                        out.push(Bytes::from(format_score(s.0)));
+                    }
+                }
+                OpResult::Items(Some(out))
             }
             Op::SetCard { key } => OpResult::Int(self.set(key)?.map_or(0, |m| m.len() as i64)),
             Op::SetCombine { keys, kind } => {
@@ -1570,6 +1995,13 @@ impl KvStore {
                     feed(b"set");
                     for v in m {
                         feed(v);
+                    }
+                }
+                Value::ZSet(z) => {
+                    feed(b"zset");
+                    for (score, m) in &z.order {
+                        feed(m);
+                        feed(&score.0.to_bits().to_le_bytes());
                     }
                 }
             }
@@ -2326,5 +2758,383 @@ mod tests {
         assert!(hincr("n", 1).is_write() && nx("a", "b").is_write());
         assert!(!Op::HashStrlen { key: b("h"), field: b("s") }.is_write());
         assert_eq!(nx("ab", "cde").size(), 1 + 2 + 3);
+    }
+
+    #[test]
+    fn sorted_sets() {
+        let mut kv = KvStore::new();
+        let zadd = |pairs: &[(&str, &str)], flags: ZAddFlags| Op::ZAdd {
+            key: b("z"),
+            pairs: pairs.iter().map(|(s, m)| (b(s), b(m))).collect(),
+            flags,
+        };
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| b(v)).collect()));
+        let all = |rev, with_scores| Op::ZRange {
+            key: b("z"),
+            by: ZRangeBy::Index { start: 0, stop: -1 },
+            rev,
+            limit: None,
+            with_scores,
+        };
+        let none = ZAddFlags::default();
+        assert_eq!(kv.apply0(&zadd(&[("2", "b"), ("1", "a"), ("1", "c"), ("0.1", "d")], none)), OpResult::Int(4));
+        // By score, ties by member.
+        assert_eq!(kv.apply0(&all(false, true)), items(&["d", "0.10000000000000001", "a", "1", "c", "1", "b", "2"]));
+        assert_eq!(kv.apply0(&all(true, false)), items(&["b", "c", "a", "d"]));
+        let by_score = |min: f64, min_ex, max: f64, rev, limit| Op::ZRange {
+            key: b("z"),
+            by: ZRangeBy::Score { min: ScoreBound::new(min, min_ex), max: ScoreBound::new(max, false) },
+            rev,
+            limit,
+            with_scores: false,
+        };
+        assert_eq!(kv.apply0(&by_score(0.1, true, 2.0, false, None)), items(&["a", "c", "b"]));
+        assert_eq!(kv.apply0(&by_score(f64::NEG_INFINITY, false, 1.0, true, Some((1, 1)))), items(&["a"]));
+        assert_eq!(kv.apply0(&by_score(0.0, false, 9.0, false, Some((-1, 1)))), items(&[]));
+        // NX / XX / GT / LT / CH / INCR.
+        let f = |nx, xx, gt, lt, ch, incr| ZAddFlags { nx, xx, gt, lt, ch, incr };
+        assert_eq!(
+            kv.apply0(&zadd(&[("5", "a"), ("5", "e")], f(true, false, false, false, false, false))),
+            OpResult::Int(1)
+        );
+        assert_eq!(
+            kv.apply0(&zadd(&[("5", "a"), ("5", "x")], f(false, true, false, false, true, false))),
+            OpResult::Int(1)
+        );
+        assert_eq!(
+            kv.apply0(&zadd(&[("3", "a"), ("9", "b")], f(false, false, true, false, true, false))),
+            OpResult::Int(1)
+        );
+        // LT with a positive increment can never hold: nil, as in Redis; GT does.
+        assert_eq!(kv.apply0(&zadd(&[("3", "a")], f(false, false, false, true, false, true))), OpResult::Value(None));
+        assert_eq!(
+            kv.apply0(&zadd(&[("3", "a")], f(false, false, true, false, false, true))),
+            OpResult::Value(Some(b("8")))
+        );
+        assert_eq!(
+            kv.apply0(&zadd(&[("1", "none")], f(false, true, false, false, false, true))),
+            OpResult::Value(None)
+        );
+        assert_eq!(kv.apply0(&Op::ZScore { key: b("z"), member: b("a") }), OpResult::Value(Some(b("8"))));
+        assert_eq!(kv.apply0(&Op::ZScore { key: b("z"), member: b("x") }), OpResult::Value(None));
+        kv.apply0(&zadd(&[("inf", "i")], none));
+        assert_eq!(
+            kv.apply0(&zadd(&[("-inf", "i")], f(false, false, false, false, false, true))),
+            OpResult::Error("ERR resulting score is not a number (NaN)".into())
+        );
+        // Ranks, counts, pops.
+        assert_eq!(kv.apply0(&Op::ZRank { key: b("z"), member: b("d"), rev: false }), OpResult::Int(0));
+        assert_eq!(kv.apply0(&Op::ZRank { key: b("z"), member: b("d"), rev: true }), OpResult::Int(5));
+        assert_eq!(kv.apply0(&Op::ZRank { key: b("z"), member: b("q"), rev: false }), OpResult::Value(None));
+        let count = |min: f64, max: f64| Op::ZCount {
+            key: b("z"),
+            min: ScoreBound::new(min, false),
+            max: ScoreBound::new(max, true),
+        };
+        assert_eq!(kv.apply0(&count(1.0, 8.0)), OpResult::Int(2), "c = 1, e = 5; a = 8 excluded");
+        assert_eq!(kv.apply0(&Op::ZCard { key: b("z") }), OpResult::Int(6));
+        assert_eq!(kv.apply0(&Op::ZPop { key: b("z"), max: true, count: 2 }), items(&["i", "inf", "b", "9"]));
+        assert_eq!(kv.apply0(&Op::ZPop { key: b("z"), max: false, count: 1 }), items(&["d", "0.10000000000000001"]));
+        assert_eq!(kv.apply0(&Op::ZRem { key: b("z"), members: vec![b("a"), b("q")] }), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::Type { key: b("z") }), OpResult::Text("zset".into()));
+        let bytes = postcard::to_allocvec(&kv).unwrap();
+        assert_eq!(postcard::from_bytes::<KvStore>(&bytes).unwrap(), kv);
+        assert_eq!(kv.apply0(&Op::ZPop { key: b("z"), max: false, count: 10 }), items(&["c", "1", "e", "5"]));
+        assert_eq!(kv.apply0(&Op::Exists { keys: vec![b("z")] }), OpResult::Int(0));
+        assert_eq!(kv.size_bytes(), 0);
+        kv.apply0(&Op::Put { key: b("s"), value: b("v") });
+        assert_eq!(kv.apply0(&Op::ZCard { key: b("s") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&zadd(&[("1", "a")], none)), OpResult::Int(1));
+        assert_eq!(kv.apply0(&Op::Get { key: b("z") }), OpResult::Error(WRONGTYPE.into()));
+        assert_eq!(kv.apply0(&Op::ZRem { key: b("s"), members: vec![b("a")] }), OpResult::Error(WRONGTYPE.into()));
+        // Writes in place: the byte count and the key's version (WATCH) follow every change.
+        let version = |kv: &mut KvStore| kv.apply_stamped(&Op::Versions { keys: vec![b("z")] }, 0, false, 0);
+        let mut kv = KvStore::new();
+        kv.apply_stamped(&zadd(&[("1", "a"), ("2", "bb")], none), 0, false, 5);
+        assert_eq!(kv.size_bytes(), 1 + (1 + 8) + (2 + 8));
+        let v5 = version(&mut kv);
+        kv.apply_stamped(&zadd(&[("9", "a")], f(true, false, false, false, false, false)), 0, false, 6);
+        assert_eq!(version(&mut kv), v5, "NX on an existing member changes nothing");
+        kv.apply_stamped(&zadd(&[("3", "a"), ("1", "ccc")], none), 0, false, 7);
+        assert_ne!(version(&mut kv), v5);
+        assert_eq!(kv.size_bytes(), 1 + (1 + 8) + (2 + 8) + (3 + 8));
+        kv.apply_stamped(&Op::ZRem { key: b("z"), members: vec![b("bb")] }, 0, false, 8);
+        assert_eq!(kv.size_bytes(), 1 + (1 + 8) + (3 + 8));
+        let restored: KvStore = postcard::from_bytes(&postcard::to_allocvec(&kv).unwrap()).unwrap();
+        assert_eq!(restored, kv);
+        // INCR that would make NaN is refused before anything changes; with NX it is a no-op.
+        kv.apply0(&zadd(&[("inf", "a")], none));
+        assert_eq!(
+            kv.apply0(&zadd(&[("-inf", "a")], f(false, false, false, false, false, true))),
+            OpResult::Error("ERR resulting score is not a number (NaN)".into())
+        );
+        assert_eq!(
+            kv.apply0(&zadd(&[("-inf", "a")], f(true, false, false, false, false, true))),
+            OpResult::Value(None)
+        );
+        assert_eq!(kv.apply0(&Op::ZScore { key: b("z"), member: b("a") }), OpResult::Value(Some(b("inf"))));
+        assert_eq!(kv.apply0(&Op::ZPop { key: b("z"), max: true, count: 5 }), items(&["a", "inf", "ccc", "1"]));
+        assert_eq!((kv.size_bytes(), kv.len()), (0, 0));
+        // Redis's %.17g.
+        for (x, text) in [
+            (0.1, "0.10000000000000001"),
+            (1e20, "1e+20"),
+            (1.5, "1.5"),
+            (3.0, "3"),
+            (-0.0, "0"),
+            (123456789.123, "123456789.123"),
+            (1e-5, "1.0000000000000001e-05"),
+            (0.0001, "0.0001"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(format_score(x), text, "{x}");
+        }
+        assert!(zadd(&[("1", "a")], none).is_write());
+        assert!(!count(0.0, 1.0).is_write());
+        assert_eq!(zadd(&[("1", "ab")], none).size(), 3);
+    }
+
+    /// Which kind an operation is. An exhaustive match: a new variant does not compile until it
+    /// is numbered here, and then fails `footprints_cover_what_operations_touch` until
+    /// `one_of_each` has an example of it.
+    fn kind(op: &Op) -> usize {
+        match op {
+            Op::Get { .. } => 0,
+            Op::Put { .. } => 1,
+            Op::Delete { .. } => 2,
+            Op::Cas { .. } => 3,
+            Op::Scan { .. } => 4,
+            Op::Noop => 5,
+            Op::Set { .. } => 6,
+            Op::MultiGet { .. } => 7,
+            Op::MultiPut { .. } => 8,
+            Op::MultiDelete { .. } => 9,
+            Op::Exists { .. } => 10,
+            Op::IncrBy { .. } => 11,
+            Op::Append { .. } => 12,
+            Op::Strlen { .. } => 13,
+            Op::GetDel { .. } => 14,
+            Op::HashSet { .. } => 15,
+            Op::HashGet { .. } => 16,
+            Op::HashGetAll { .. } => 17,
+            Op::HashDelete { .. } => 18,
+            Op::HashLen { .. } => 19,
+            Op::Type { .. } => 20,
+            Op::KeyScan { .. } => 21,
+            Op::DbSize => 22,
+            Op::SetWithTtl { .. } => 23,
+            Op::Versions { .. } => 24,
+            Op::Multi { .. } => 25,
+            Op::Expire { .. } => 26,
+            Op::Ttl { .. } => 27,
+            Op::Persist { .. } => 28,
+            Op::GetRange { .. } => 29,
+            Op::SetRange { .. } => 30,
+            Op::GetEx { .. } => 31,
+            Op::IncrByFloat { .. } => 32,
+            Op::Rename { .. } => 33,
+            Op::Copy { .. } => 34,
+            Op::FlushAll => 35,
+            Op::ListPush { .. } => 36,
+            Op::ListPop { .. } => 37,
+            Op::ListRange { .. } => 38,
+            Op::ListLen { .. } => 39,
+            Op::ListIndex { .. } => 40,
+            Op::ListSet { .. } => 41,
+            Op::ListRemove { .. } => 42,
+            Op::ListTrim { .. } => 43,
+            Op::HashIncrBy { .. } => 44,
+            Op::HashIncrByFloat { .. } => 45,
+            Op::HashSetNx { .. } => 46,
+            Op::HashStrlen { .. } => 47,
+            Op::ZAdd { .. } => 48,
+            Op::ZRem { .. } => 49,
+            Op::ZScore { .. } => 50,
+            Op::ZMScore { .. } => 51,
+            Op::ZCard { .. } => 52,
+            Op::ZRank { .. } => 53,
+            Op::ZCount { .. } => 54,
+            Op::ZLexCount { .. } => 66,
+            Op::ZRange { .. } => 55,
+            Op::ZPop { .. } => 56,
+            Op::SetAdd { .. } => 57,
+            Op::SetRemove { .. } => 58,
+            Op::SetMembers { .. } => 59,
+            Op::SetIsMember { .. } => 60,
+            Op::SetCard { .. } => 61,
+            Op::SetCombine { .. } => 62,
+            Op::SetPop { .. } => 63,
+            Op::SetRandMember { .. } => 64,
+            Op::ListMove { .. } => 65,
+        }
+    }
+    const KINDS: usize = 67;
+
+    /// A store with a key of every type: strings `str` and `n` (a number), hash `h`, lists
+    /// `l` and `m`, sets `s` and `t`, sorted sets `y` and `z`.
+    fn typed_store() -> KvStore {
+        let mut kv = KvStore::new();
+        let none = ZAddFlags::default();
+        for op in [
+            Op::Put { key: b("str"), value: b("abc") },
+            Op::Put { key: b("n"), value: b("5") },
+            Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("1")), (b("g"), b("x"))] },
+            Op::ListPush { key: b("l"), values: vec![b("a"), b("b"), b("a")], left: false, only_existing: false },
+            Op::ListPush { key: b("m"), values: vec![b("c")], left: false, only_existing: false },
+            Op::SetAdd { key: b("s"), members: vec![b("a"), b("b"), b("c")] },
+            Op::SetAdd { key: b("t"), members: vec![b("b"), b("d")] },
+            Op::ZAdd { key: b("z"), pairs: vec![(b("1"), b("a")), (b("2"), b("b"))], flags: none },
+            Op::ZAdd { key: b("y"), pairs: vec![(b("3"), b("c"))], flags: none },
+        ] {
+            assert!(!matches!(kv.apply_stamped(&op, 0, false, 1), OpResult::Error(_)), "{op:?}");
+        }
+        kv
+    }
+
+    /// One operation of every kind, on the keys of [`typed_store`].
+    fn one_of_each() -> Vec<Op> {
+        let k = b;
+        let ks = |v: &[&str]| v.iter().map(|s| b(s)).collect::<Vec<_>>();
+        let bound = |x: f64| ScoreBound::new(x, false);
+        vec![
+            Op::Get { key: k("str") },
+            Op::Put { key: k("str"), value: k("v") },
+            Op::Delete { key: k("h") },
+            Op::Cas { key: k("str"), expect: Some(k("abc")), new: Some(k("x")) },
+            Op::Scan { start: k("m"), end: k("t"), limit: 0 },
+            Op::Noop,
+            Op::Set {
+                key: k("n"),
+                value: k("v"),
+                cond: SetCond::IfPresent,
+                expire_at_ms: Some(1_000),
+                keep_ttl: false,
+                get: true,
+            },
+            Op::MultiGet { keys: ks(&["str", "n", "h"]) },
+            Op::MultiPut { pairs: vec![(k("str"), k("1")), (k("new"), k("2"))] },
+            Op::MultiDelete { keys: ks(&["l", "z"]) },
+            Op::Exists { keys: ks(&["l", "s", "nope"]) },
+            Op::IncrBy { key: k("n"), by: 2 },
+            Op::Append { key: k("str"), value: k("d") },
+            Op::Strlen { key: k("str") },
+            Op::GetDel { key: k("n") },
+            Op::HashSet { key: k("h"), pairs: vec![(k("f"), k("2"))] },
+            Op::HashGet { key: k("h"), fields: ks(&["f", "q"]) },
+            Op::HashGetAll { key: k("h") },
+            Op::HashDelete { key: k("h"), fields: ks(&["g"]) },
+            Op::HashLen { key: k("h") },
+            Op::Type { key: k("z") },
+            Op::KeyScan { after: Bytes::new(), pattern: None, count: 10 },
+            Op::DbSize,
+            Op::SetWithTtl { key: k("str"), value: k("v"), cond: SetCond::Always, ttl_ms: 10, get: true },
+            Op::Versions { keys: ks(&["str", "z"]) },
+            Op::Multi {
+                ops: vec![
+                    Op::Get { key: k("n") },
+                    Op::ListPush { key: k("m"), values: ks(&["d"]), left: true, only_existing: true },
+                ],
+                watch: vec![(k("s"), 1)],
+            },
+            Op::Expire { key: k("l"), ms: 5_000, relative: true, cond: ExpireCond::Always },
+            Op::Ttl { key: k("str") },
+            Op::Persist { key: k("str") },
+            Op::GetRange { key: k("str"), start: 1, end: -1 },
+            Op::SetRange { key: k("str"), offset: 1, value: k("zz") },
+            Op::GetEx { key: k("str"), expire: Some((500, true)), persist: false },
+            Op::IncrByFloat { key: k("n"), by: k("0.5") },
+            Op::Rename { from: k("l"), to: k("s"), nx: false },
+            Op::Copy { from: k("h"), to: k("hh"), replace: false },
+            Op::FlushAll,
+            Op::ListPush { key: k("l"), values: ks(&["x"]), left: true, only_existing: true },
+            Op::ListPop { key: k("l"), left: false, count: Some(2) },
+            Op::ListRange { key: k("l"), start: 0, stop: -1 },
+            Op::ListLen { key: k("m") },
+            Op::ListIndex { key: k("l"), index: -1 },
+            Op::ListSet { key: k("l"), index: 0, value: k("q") },
+            Op::ListRemove { key: k("l"), count: 0, value: k("a") },
+            Op::ListTrim { key: k("l"), start: 1, stop: 1 },
+            Op::HashIncrBy { key: k("h"), field: k("f"), by: 3 },
+            Op::HashIncrByFloat { key: k("h"), field: k("f"), by: k("1.5") },
+            Op::HashSetNx { key: k("h"), field: k("new"), value: k("v") },
+            Op::HashStrlen { key: k("h"), field: k("g") },
+            Op::ZAdd {
+                key: k("z"),
+                pairs: vec![(k("5"), k("a")), (k("1"), k("c"))],
+                flags: ZAddFlags { ch: true, ..ZAddFlags::default() },
+            },
+            Op::ZRem { key: k("z"), members: ks(&["a", "q"]) },
+            Op::ZScore { key: k("z"), member: k("b") },
+            Op::ZMScore { key: k("y"), members: ks(&["c", "a"]) },
+            Op::ZCard { key: k("y") },
+            Op::ZRank { key: k("z"), member: k("b"), rev: true },
+            Op::ZCount { key: k("z"), min: bound(0.0), max: bound(1.5) },
+            Op::ZRange {
+                key: k("z"),
+                by: ZRangeBy::Score { min: bound(f64::NEG_INFINITY), max: bound(9.0) },
+                rev: true,
+                limit: Some((0, 1)),
+                with_scores: true,
+            },
+            Op::ZPop { key: k("z"), max: false, count: 1 },
+            Op::ZLexCount { key: k("y"), min: LexBound::Included(k("a")), max: LexBound::Max },
+            Op::SetAdd { key: k("s"), members: ks(&["z"]) },
+            Op::SetRemove { key: k("t"), members: ks(&["b"]) },
+            Op::SetMembers { key: k("t") },
+            Op::SetIsMember { key: k("s"), member: k("a") },
+            Op::SetCard { key: k("s") },
+            Op::SetCombine { keys: ks(&["s", "t"]), kind: SetCombine::Diff },
+            Op::SetPop { key: k("s"), count: Some(2) },
+            Op::SetRandMember { key: k("t"), count: Some(-3) },
+            Op::ListMove { from: k("l"), to: k("m"), from_left: true, to_left: false },
+        ]
+    }
+
+    /// Every operation's footprint covers what it touches (EPaxos orders interfering commands
+    /// by it, and lazy expiry purges only it): it writes no key outside, and its result and
+    /// its writes do not depend on any key outside (checked by expiring each key outside and
+    /// comparing the lazy path, which leaves it in place, with the eager one, which purges it).
+    #[test]
+    fn footprints_cover_what_operations_touch() {
+        let ops = one_of_each();
+        let kinds: BTreeSet<usize> = ops.iter().map(kind).collect();
+        assert_eq!(kinds, (0..KINDS).collect(), "one_of_each must hold every kind of operation once");
+        assert_eq!(ops.len(), KINDS);
+        let base = typed_store();
+        let keys: Vec<Bytes> = base.map.keys().cloned().collect();
+        for op in &ops {
+            let fp = op.footprint();
+            let inside = |k: &[u8]| match &fp {
+                Footprint::None => false,
+                Footprint::Keys(ks) => ks.contains(&k),
+                Footprint::Range { start, end } => k >= *start && (end.is_empty() || k < *end),
+                Footprint::All => true,
+            };
+            let mut after = base.clone();
+            let result = after.apply_stamped(op, 100, false, 7);
+            assert!(!matches!(result, OpResult::Error(_)), "{op:?} should run on the typed store: {result:?}");
+            for k in base.map.keys().chain(after.map.keys()) {
+                if !inside(k) {
+                    assert_eq!(base.map.get(k), after.map.get(k), "{op:?} wrote {k:?} outside its footprint");
+                }
+            }
+            if !op.is_write() {
+                assert_eq!(base.map, after.map, "{op:?} is not a write but changed the store");
+            }
+            for k in &keys {
+                let mut expiring = base.clone();
+                let expire = Op::Expire { key: k.clone(), ms: 50, relative: false, cond: ExpireCond::Always };
+                assert_eq!(expiring.apply(&expire, 0), OpResult::Int(1));
+                let (mut lazy, mut eager) = (expiring.clone(), expiring);
+                let r_lazy = lazy.apply_stamped(op, 100, true, 7);
+                let r_eager = eager.apply_stamped(op, 100, false, 7);
+                assert_eq!(r_lazy, r_eager, "{op:?} read {k:?}, which is outside its footprint");
+                for key in lazy.map.keys().chain(eager.map.keys()) {
+                    if key != k {
+                        assert_eq!(lazy.map.get(key), eager.map.get(key), "{op:?}: {key:?} depends on {k:?}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -21,6 +21,7 @@ pub enum Group {
     Hash,
     List,
     Set,
+    SortedSet,
     Keyspace,
     Connection,
     Server,
@@ -36,6 +37,7 @@ impl Group {
             Group::Hash => "hash",
             Group::List => "list",
             Group::Set => "set",
+            Group::SortedSet => "sorted-set",
             Group::Keyspace => "generic",
             Group::Connection => "connection",
             Group::Server => "server",
@@ -213,6 +215,123 @@ pub static COMMANDS: &[Spec] = &[
     spec!("hincrbyfloat", 4, WF, 1, 1, 1, Hash, "Increments the floating point value of a field by a number."),
     spec!("hsetnx", 4, WF, 1, 1, 1, Hash, "Sets the value of a field in a hash only when the field doesn't exist."),
     spec!("hstrlen", 3, RF, 1, 1, 1, Hash, "Returns the length of the value of a field."),
+    spec!(
+        "zadd",
+        -4,
+        WF,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Adds members to a sorted set, or updates their scores (NX/XX/GT/LT/CH/INCR)."
+    ),
+    spec!("zincrby", 4, WF, 1, 1, 1, SortedSet, "Increments the score of a member in a sorted set."),
+    spec!("zrem", -3, WF, 1, 1, 1, SortedSet, "Removes one or more members from a sorted set."),
+    spec!("zscore", 3, RF, 1, 1, 1, SortedSet, "Returns the score of a member in a sorted set."),
+    spec!("zmscore", -3, RF, 1, 1, 1, SortedSet, "Returns the score of one or more members in a sorted set."),
+    spec!("zcard", 2, RF, 1, 1, 1, SortedSet, "Returns the number of members in a sorted set."),
+    spec!(
+        "zrank",
+        3,
+        RF,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns the index of a member in a sorted set ordered by ascending scores."
+    ),
+    spec!(
+        "zrevrank",
+        3,
+        RF,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns the index of a member in a sorted set ordered by descending scores."
+    ),
+    spec!(
+        "zcount",
+        4,
+        RF,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns the count of members in a sorted set that have scores within a range."
+    ),
+    spec!(
+        "zrange",
+        -4,
+        R,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns members in a sorted set within a range of indexes or scores (BYSCORE, REV, LIMIT, WITHSCORES)."
+    ),
+    spec!("zrangebyscore", -4, R, 1, 1, 1, SortedSet, "Returns members in a sorted set within a range of scores."),
+    spec!(
+        "zrevrangebyscore",
+        -4,
+        R,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns members in a sorted set within a range of scores in reverse order."
+    ),
+    spec!(
+        "zrevrange",
+        -4,
+        R,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns members in a sorted set within a range of indexes in reverse order."
+    ),
+    spec!("zrangebylex", -4, R, 1, 1, 1, SortedSet, "Returns members in a sorted set within a lexicographical range."),
+    spec!(
+        "zrevrangebylex",
+        -4,
+        R,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns members in a sorted set within a lexicographical range in reverse order."
+    ),
+    spec!(
+        "zlexcount",
+        4,
+        RF,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns the number of members in a sorted set within a lexicographical range."
+    ),
+    spec!(
+        "zpopmin",
+        -2,
+        WF,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns the lowest-scoring members from a sorted set after removing them."
+    ),
+    spec!(
+        "zpopmax",
+        -2,
+        WF,
+        1,
+        1,
+        1,
+        SortedSet,
+        "Returns the highest-scoring members from a sorted set after removing them."
+    ),
     spec!("sadd", -3, WF, 1, 1, 1, Set, "Adds one or more members to a set. Creates the key if it doesn't exist."),
     spec!("srem", -3, WF, 1, 1, 1, Set, "Removes one or more members from a set."),
     spec!("smembers", 2, R, 1, 1, 1, Set, "Returns all members of a set."),
@@ -345,6 +464,18 @@ pub enum Shape {
     Scan,
     /// KEYS: [keys].
     Keys,
+    /// Members and scores, one array per pair in RESP3 (WITHSCORES, ZPOPMIN with a count).
+    ScorePairs,
+    /// Members and scores in one array (ZPOPMIN without a count).
+    ScorePairsFlat,
+    /// An integer, or null (ZRANK of a missing member).
+    IntOrNull,
+    /// A score (a double in RESP3) or null (ZSCORE).
+    Score,
+    /// An integer, or a score or null (ZADD: the count, or the new score with INCR).
+    IntOrScore,
+    /// Scores or nulls (ZMSCORE).
+    Scores,
     /// Elements: an array, or a null array when the key did not exist (LPOP with a count).
     Items,
     /// TTL: milliseconds (or -1/-2) rounded to seconds.
@@ -546,6 +677,41 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
         }
         "hsetnx" => (Op::HashSetNx { key: key(), field: a[1].clone(), value: a[2].clone() }, Int),
         "hstrlen" => (Op::HashStrlen { key: key(), field: a[1].clone() }, Int),
+        "zadd" => (zadd_op(a)?, IntOrScore),
+        "zincrby" => {
+            if synod_core::kv::parse_score(&a[1]).is_none() {
+                return Err(RespValue::err("ERR value is not a valid float"));
+            }
+            let flags = synod_core::kv::ZAddFlags { incr: true, ..Default::default() };
+            (Op::ZAdd { key: key(), pairs: vec![(a[1].clone(), a[2].clone())], flags }, IntOrScore)
+        }
+        "zrem" => (Op::ZRem { key: key(), members: a[1..].to_vec() }, Int),
+        "zscore" => (Op::ZScore { key: key(), member: a[1].clone() }, Score),
+        "zmscore" => (Op::ZMScore { key: key(), members: a[1..].to_vec() }, Scores),
+        "zcard" => (Op::ZCard { key: key() }, Int),
+        "zrank" | "zrevrank" => (Op::ZRank { key: key(), member: a[1].clone(), rev: name == "zrevrank" }, IntOrNull),
+        "zcount" => (Op::ZCount { key: key(), min: score_bound(&a[1])?, max: score_bound(&a[2])? }, Int),
+        "zlexcount" => (Op::ZLexCount { key: key(), min: lex_bound(&a[1])?, max: lex_bound(&a[2])? }, Int),
+        "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange" | "zrangebylex" | "zrevrangebylex" => {
+            let op = zrange_op(name, a)?;
+            let shape = if matches!(op, Op::ZRange { with_scores: true, .. }) { ScorePairs } else { Items };
+            (op, shape)
+        }
+        "zpopmin" | "zpopmax" => {
+            let (count, shape) = match a {
+                [_] => (1, ScorePairsFlat),
+                [_, n] => {
+                    let positive = || RespValue::err("ERR value is out of range, must be positive");
+                    let n = int_arg(n).map_err(|_| positive())?;
+                    if n < 0 {
+                        return Err(positive());
+                    }
+                    (n as u64, ScorePairs)
+                }
+                _ => return Err(syntax_error()),
+            };
+            (Op::ZPop { key: key(), max: name == "zpopmax", count }, shape)
+        }
         "sadd" => (Op::SetAdd { key: key(), members: a[1..].to_vec() }, Int),
         "srem" => (Op::SetRemove { key: key(), members: a[1..].to_vec() }, Int),
         "smembers" => (Op::SetMembers { key: key() }, Items),
@@ -645,6 +811,115 @@ fn set_op(a: &[Bytes]) -> Result<Op, RespValue> {
         Some(ttl_ms) => Op::SetWithTtl { key, value, cond, ttl_ms, get },
         None => Op::Set { key, value, cond, expire_at_ms: at, keep_ttl, get },
     })
+}
+
+/// ZADD key [NX | XX] [GT | LT] [CH] [INCR] score member [score member ...]
+fn zadd_op(a: &[Bytes]) -> Result<Op, RespValue> {
+    let mut flags = synod_core::kv::ZAddFlags::default();
+    let mut i = 1;
+    while i < a.len() {
+        match &a[i].to_ascii_uppercase()[..] {
+            b"NX" => flags.nx = true,
+            b"XX" => flags.xx = true,
+            b"GT" => flags.gt = true,
+            b"LT" => flags.lt = true,
+            b"CH" => flags.ch = true,
+            b"INCR" => flags.incr = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    let rest = &a[i..];
+    if rest.is_empty() || rest.len() % 2 == 1 {
+        return Err(syntax_error());
+    }
+    if flags.nx && flags.xx {
+        return Err(RespValue::err("ERR XX and NX options at the same time are not compatible"));
+    }
+    if [flags.gt, flags.lt, flags.nx].iter().filter(|&&f| f).count() > 1 {
+        return Err(RespValue::err("ERR GT, LT, and/or NX options at the same time are not compatible"));
+    }
+    if flags.incr && rest.len() > 2 {
+        return Err(RespValue::err("ERR INCR option supports a single increment-element pair"));
+    }
+    let pairs: Vec<(Bytes, Bytes)> = rest.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+    if pairs.iter().any(|(score, _)| synod_core::kv::parse_score(score).is_none()) {
+        return Err(RespValue::err("ERR value is not a valid float"));
+    }
+    Ok(Op::ZAdd { key: a[0].clone(), pairs, flags })
+}
+
+/// A score range end: `1.5`, `(1.5` (exclusive), `-inf`, `+inf`.
+fn score_bound(b: &Bytes) -> Result<synod_core::kv::ScoreBound, RespValue> {
+    let (exclusive, text) = match b.strip_prefix(b"(") {
+        Some(rest) => (true, rest),
+        None => (false, &b[..]),
+    };
+    let x = synod_core::kv::parse_score(text).ok_or_else(|| RespValue::err("ERR min or max is not a float"))?;
+    Ok(synod_core::kv::ScoreBound::new(x, exclusive))
+}
+
+/// ZRANGE key start stop [BYSCORE | BYLEX] [REV] [LIMIT offset count] [WITHSCORES], and the
+/// older ZRANGEBYSCORE / ZREVRANGEBYSCORE / ZREVRANGE forms.
+fn zrange_op(name: &str, a: &[Bytes]) -> Result<Op, RespValue> {
+    #[derive(PartialEq)]
+    enum By {
+        Rank,
+        Score,
+        Lex,
+    }
+    // What the command name fixes; ZRANGE leaves both open for its options (as Redis's
+    // zrangeGenericCommand does: a second BYSCORE/BYLEX or a REV elsewhere is a syntax error).
+    let (mut by, mut rev) = match name {
+        "zrangebyscore" => (Some(By::Score), Some(false)),
+        "zrevrangebyscore" => (Some(By::Score), Some(true)),
+        "zrangebylex" => (Some(By::Lex), Some(false)),
+        "zrevrangebylex" => (Some(By::Lex), Some(true)),
+        "zrevrange" => (Some(By::Rank), Some(true)),
+        _ => (None, None),
+    };
+    let (mut limit, mut with_scores) = (None, false);
+    let mut i = 3;
+    while i < a.len() {
+        let opt = a[i].to_ascii_uppercase();
+        match &opt[..] {
+            b"WITHSCORES" => with_scores = true,
+            b"LIMIT" if i + 2 < a.len() => {
+                limit = Some((int_arg(&a[i + 1])?, int_arg(&a[i + 2])?));
+                i += 2;
+            }
+            b"REV" if rev.is_none() => rev = Some(true),
+            b"BYSCORE" if by.is_none() => by = Some(By::Score),
+            b"BYLEX" if by.is_none() => by = Some(By::Lex),
+            _ => return Err(syntax_error()),
+        }
+        i += 1;
+    }
+    let (by, rev) = (by.unwrap_or(By::Rank), rev.unwrap_or(false));
+    if by == By::Rank && limit.is_some_and(|l| l != (0, -1)) {
+        return Err(RespValue::err(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
+    }
+    if by == By::Lex && with_scores {
+        return Err(RespValue::err("ERR syntax error, WITHSCORES not supported in combination with BYLEX"));
+    }
+    // Reversed score and lex ranges name the maximum first.
+    let (lo, hi) = if rev && by != By::Rank { (&a[2], &a[1]) } else { (&a[1], &a[2]) };
+    let by = match by {
+        By::Rank => {
+            limit = None;
+            synod_core::kv::ZRangeBy::Index { start: int_arg(lo)?, stop: int_arg(hi)? }
+        }
+        By::Score => synod_core::kv::ZRangeBy::Score { min: score_bound(lo)?, max: score_bound(hi)? },
+        By::Lex => synod_core::kv::ZRangeBy::Lex { min: lex_bound(lo)?, max: lex_bound(hi)? },
+    };
+    Ok(Op::ZRange { key: a[0].clone(), by, rev, limit, with_scores })
+}
+
+/// A lexicographic range end: `-`, `+`, `[member`, `(member`.
+fn lex_bound(b: &Bytes) -> Result<synod_core::kv::LexBound, RespValue> {
+    synod_core::kv::LexBound::parse(b).ok_or_else(|| RespValue::err("ERR min or max not valid string range item"))
 }
 
 /// Largest |count| of SRANDMEMBER with a negative count.
@@ -790,6 +1065,14 @@ pub fn render(shape: Shape, result: OpResult, cursors: &Cursors) -> RespValue {
         (Shape::Keys, OpResult::Keys { keys, .. }) => V::Array(keys.into_iter().map(V::Bulk).collect()),
         (Shape::Items, OpResult::Items(Some(items))) => V::Array(items.into_iter().map(V::Bulk).collect()),
         (Shape::Items, OpResult::Items(None)) => V::NullArray,
+        (Shape::ScorePairs | Shape::ScorePairsFlat, OpResult::Items(Some(items))) => V::ScorePairs {
+            pairs: items.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect(),
+            nested: shape == Shape::ScorePairs,
+        },
+        (Shape::IntOrNull | Shape::IntOrScore, OpResult::Int(n)) => V::Int(n),
+        (Shape::IntOrNull, OpResult::Value(None)) => V::Null,
+        (Shape::Score | Shape::IntOrScore, OpResult::Value(v)) => V::opt_double(v),
+        (Shape::Scores, OpResult::Values(vs)) => V::Array(vs.into_iter().map(V::opt_double).collect()),
         (Shape::TtlSecs, OpResult::Int(ms)) => V::Int(if ms < 0 { ms } else { (ms + 500) / 1000 }),
         (Shape::Watch, OpResult::Versions(_)) => V::ok(),
         (shape, other) => V::err(format!("ERR internal error: result {other:?} does not fit {shape:?}")),
@@ -1022,6 +1305,33 @@ mod tests {
     }
 
     #[test]
+    fn scores_render_as_doubles() {
+        let c = Cursors::new(1);
+        let score = |v: Option<&str>| OpResult::Value(v.map(b));
+        assert_eq!(render(Shape::Score, score(Some("1.5")), &c), RespValue::Double(b("1.5")));
+        assert_eq!(render(Shape::Score, score(None), &c), RespValue::Null);
+        assert_eq!(render(Shape::IntOrScore, OpResult::Int(2), &c), RespValue::Int(2));
+        assert_eq!(render(Shape::IntOrScore, score(Some("3")), &c), RespValue::Double(b("3")));
+        assert_eq!(
+            render(Shape::Scores, OpResult::Values(vec![Some(b("1")), None]), &c),
+            RespValue::Array(vec![RespValue::Double(b("1")), RespValue::Null])
+        );
+        assert_eq!(render(Shape::IntOrNull, score(None), &c), RespValue::Null);
+        assert!(render(Shape::IntOrNull, score(Some("1")), &c).is_error());
+        // ZRANGE's options: BYLEX with REV names the maximum first; a second BY is refused.
+        let words = |w: &[&str]| w.iter().map(|s| b(s)).collect::<Vec<_>>();
+        let Ok(Op::ZRange { by, rev: true, limit: Some((1, 2)), .. }) =
+            zrange_op("zrange", &words(&["k", "[z", "(a", "BYLEX", "REV", "LIMIT", "1", "2"]))
+        else {
+            panic!("BYLEX REV LIMIT")
+        };
+        let lex = |s: &str| synod_core::kv::LexBound::parse(s.as_bytes()).unwrap();
+        assert_eq!(by, synod_core::kv::ZRangeBy::Lex { min: lex("(a"), max: lex("[z") });
+        assert_eq!(zrange_op("zrange", &words(&["k", "-", "+", "BYLEX", "BYSCORE"])), Err(syntax_error()));
+        assert_eq!(zrange_op("zrangebyscore", &words(&["k", "0", "1", "REV"])), Err(syntax_error()));
+    }
+
+    #[test]
     fn cursor_table_is_bounded() {
         let c = Cursors::new(2);
         let first = c.register(b("a"));
@@ -1042,12 +1352,16 @@ mod tests {
                 let n = s.arity.unsigned_abs() as usize;
                 let mut a: Vec<Bytes> = vec![b(s.name)];
                 // "0" is a valid SCAN cursor, "1" a valid TTL, count, key or value; LMOVE
-                // needs its two sides.
+                // needs its two sides, lexicographic ranges their own bounds.
                 let arg = if s.name == "scan" { "0" } else { "1" };
                 a.extend((1..n).map(|_| b(arg)));
                 if s.name == "lmove" {
                     a[3] = b("LEFT");
                     a[4] = b("RIGHT");
+                }
+                if s.name.contains("lex") {
+                    a[2] = b("-");
+                    a[3] = b("+");
                 }
                 let t = translate(&a, &Cursors::new(1));
                 assert!(matches!(t, Translated::Data { .. }), "{}: {t:?}", s.name);

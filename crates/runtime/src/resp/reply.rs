@@ -16,7 +16,17 @@ pub enum RespValue {
     Error(String),
     Int(i64),
     Bulk(Bytes),
+    /// A floating-point number as text (a sorted-set score): a bulk string in RESP2, a double
+    /// (`,3.5`) in RESP3, as Redis 7 sends ZSCORE, ZINCRBY, ZMSCORE and ZADD INCR replies.
+    Double(Bytes),
     Null,
+    /// Sorted-set members and scores (ZRANGE … WITHSCORES, ZPOPMIN): a flat array of bulk
+    /// strings in RESP2; in RESP3, as Redis 7 sends them, scores are doubles and, when
+    /// `nested`, each (member, score) is its own array.
+    ScorePairs {
+        pairs: Vec<(Bytes, Bytes)>,
+        nested: bool,
+    },
     /// A null array: `*-1` in RESP2 (EXEC of an aborted transaction), `_` in RESP3.
     NullArray,
     Array(Vec<RespValue>),
@@ -50,6 +60,11 @@ impl RespValue {
         v.map_or(RespValue::Null, RespValue::Bulk)
     }
 
+    /// A score, or null.
+    pub fn opt_double(v: Option<Bytes>) -> RespValue {
+        v.map_or(RespValue::Null, RespValue::Double)
+    }
+
     pub fn is_error(&self) -> bool {
         matches!(self, RespValue::Error(_))
     }
@@ -77,12 +92,18 @@ impl RespValue {
             RespValue::Simple(s) => Frame2::SimpleString(Bytes::from(s.clone())),
             RespValue::Error(e) => Frame2::Error(Str::from(e.as_str())),
             RespValue::Int(i) => Frame2::Integer(*i),
-            RespValue::Bulk(b) => Frame2::BulkString(b.clone()),
+            RespValue::Bulk(b) | RespValue::Double(b) => Frame2::BulkString(b.clone()),
             RespValue::Null | RespValue::NullArray => Frame2::Null,
             RespValue::Array(items) => Frame2::Array(items.iter().map(|v| v.to_resp2()).collect()),
             RespValue::Map(pairs) => {
                 Frame2::Array(pairs.iter().flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()]).collect())
             }
+            RespValue::ScorePairs { pairs, .. } => Frame2::Array(
+                pairs
+                    .iter()
+                    .flat_map(|(m, s)| [Frame2::BulkString(m.clone()), Frame2::BulkString(s.clone())])
+                    .collect(),
+            ),
         }
     }
 
@@ -92,9 +113,23 @@ impl RespValue {
             RespValue::Error(e) => Frame3::SimpleError { data: Str::from(e.as_str()), attributes: None },
             RespValue::Int(i) => Frame3::Number { data: *i, attributes: None },
             RespValue::Bulk(b) => Frame3::BlobString { data: b.clone(), attributes: None },
+            RespValue::Double(b) => double3(b),
             RespValue::Null | RespValue::NullArray => Frame3::Null,
             RespValue::Array(items) => {
                 Frame3::Array { data: items.iter().map(|v| v.to_resp3()).collect(), attributes: None }
+            }
+            RespValue::ScorePairs { pairs, nested } => {
+                let double = double3;
+                let member = |m: &Bytes| Frame3::BlobString { data: m.clone(), attributes: None };
+                let data = if *nested {
+                    pairs
+                        .iter()
+                        .map(|(m, s)| Frame3::Array { data: vec![member(m), double(s)], attributes: None })
+                        .collect()
+                } else {
+                    pairs.iter().flat_map(|(m, s)| [member(m), double(s)]).collect()
+                };
+                Frame3::Array { data, attributes: None }
             }
             RespValue::Map(pairs) => Frame3::Map {
                 data: pairs.iter().map(|(k, v)| (k.to_resp3(), v.to_resp3())).collect(),
@@ -102,6 +137,12 @@ impl RespValue {
             },
         }
     }
+}
+
+/// A score as a RESP3 double; the text was printed by the store, so it parses (NaN otherwise,
+/// which the encoder renders as `nan` rather than failing).
+fn double3(text: &Bytes) -> Frame3 {
+    Frame3::Double { data: synod_core::kv::parse_score(text).unwrap_or(f64::NAN), attributes: None }
 }
 
 #[cfg(test)]
@@ -121,6 +162,14 @@ mod tests {
         assert_eq!(enc(&RespValue::Null, 3), "_\r\n");
         assert_eq!(enc(&RespValue::NullArray, 2), "*-1\r\n");
         assert_eq!(enc(&RespValue::NullArray, 3), "_\r\n");
+        let pairs = |nested| RespValue::ScorePairs { pairs: vec![(Bytes::from("m"), Bytes::from("1.5"))], nested };
+        assert_eq!(enc(&pairs(true), 2), "*2\r\n$1\r\nm\r\n$3\r\n1.5\r\n");
+        assert_eq!(enc(&pairs(true), 3), "*1\r\n*2\r\n$1\r\nm\r\n,1.5\r\n");
+        assert_eq!(enc(&pairs(false), 3), "*2\r\n$1\r\nm\r\n,1.5\r\n");
+        assert_eq!(enc(&RespValue::Double(Bytes::from("3.5")), 2), "$3\r\n3.5\r\n");
+        assert_eq!(enc(&RespValue::Double(Bytes::from("3.5")), 3), ",3.5\r\n");
+        assert_eq!(enc(&RespValue::Double(Bytes::from("-inf")), 3), ",-inf\r\n");
+        assert_eq!(enc(&RespValue::opt_double(None), 3), "_\r\n");
         assert_eq!(enc(&RespValue::Int(-7), 3), ":-7\r\n");
         assert_eq!(enc(&RespValue::bulk("a\r\nb"), 2), "$4\r\na\r\nb\r\n");
         let map = RespValue::Map(vec![(RespValue::text("f"), RespValue::text("v"))]);

@@ -19,23 +19,24 @@ import site.ycsb.Status;
 import site.ycsb.StringByteIterator;
 
 /**
- * YCSB binding for synod's Redis front end, with the record layout of YCSB's official redis
- * binding: one hash per record (HMSET key field value ...), read with HGETALL (all fields) or
- * HMGET (some), update with HMSET, delete with DEL. It works unchanged against a real
- * redis-server, which is how the two are compared.
- *
- * <p>Difference: the official binding also keeps a sorted set ("_indices", scored by the key's
- * hashCode) for scans, and synod has no sorted sets. Here a scan walks SCAN, whose cursor runs
- * in key order on synod, and keeps the first `recordcount` keys at or after `startkey` (cost
- * proportional to the keys before `startkey`; on redis-server the SCAN order is arbitrary, so
- * workload E is only meaningful against synod). Inserts therefore issue one command instead
- * of two.
+ * YCSB binding for synod's Redis front end (and any Redis), with the record layout of YCSB's
+ * official redis binding: one hash per record (HMSET key field value ...), read with HGETALL
+ * (all fields) or HMGET (some), update with HMSET, delete with DEL; and, for scans, a sorted
+ * set "_indices" holding every key scored by its Java hashCode (ZADD on insert, ZREM on
+ * delete, ZRANGEBYSCORE ... LIMIT 0 n to scan). It runs unchanged against a real
+ * redis-server, which is how the two are compared (scripts/ycsb.sh).
  *
  * <p>Properties: redis.host (127.0.0.1), redis.port (7401), redis.password (none),
- * redis.timeout (ms, 30000). One connection per YCSB thread.
+ * redis.timeout (ms, 30000), redis.index (true: keep "_indices" as the official binding does;
+ * false: no index, one command per insert, and scans walk SCAN, whose cursor runs in key
+ * order on synod). One connection per YCSB thread.
  */
 public class SynodRedisClient extends DB {
+  /** The sorted set of all keys, scored by hashCode, that scans walk (official layout). */
+  static final String INDEX = "_indices";
+
   private Jedis jedis;
+  private boolean index;
 
   @Override
   public void init() throws DBException {
@@ -43,6 +44,7 @@ public class SynodRedisClient extends DB {
     String host = p.getProperty("redis.host", "127.0.0.1");
     int port = Integer.parseInt(p.getProperty("redis.port", "7401"));
     int timeout = Integer.parseInt(p.getProperty("redis.timeout", "30000"));
+    index = Boolean.parseBoolean(p.getProperty("redis.index", "true"));
     try {
       jedis = new Jedis(host, port, timeout);
       String password = p.getProperty("redis.password");
@@ -90,7 +92,21 @@ public class SynodRedisClient extends DB {
 
   @Override
   public Status insert(String table, String key, Map<String, ByteIterator> values) {
-    return hmset(key, values);
+    Status s = hmset(key, values);
+    if (!s.isOk() || !index) {
+      return s;
+    }
+    try {
+      jedis.zadd(INDEX, hash(key), key);
+      return Status.OK;
+    } catch (RuntimeException e) {
+      return Status.ERROR;
+    }
+  }
+
+  /** The score of a key in the index, as the official binding computes it. */
+  private static double hash(String key) {
+    return key.hashCode();
   }
 
   @Override
@@ -109,7 +125,11 @@ public class SynodRedisClient extends DB {
   @Override
   public Status delete(String table, String key) {
     try {
-      return jedis.del(key) == 0 ? Status.NOT_FOUND : Status.OK;
+      long deleted = jedis.del(key);
+      if (index) {
+        jedis.zrem(INDEX, key);
+      }
+      return deleted == 0 ? Status.NOT_FOUND : Status.OK;
     } catch (RuntimeException e) {
       return Status.ERROR;
     }
@@ -119,18 +139,9 @@ public class SynodRedisClient extends DB {
   public Status scan(String table, String startkey, int recordcount, Set<String> fields,
                      Vector<HashMap<String, ByteIterator>> result) {
     try {
-      List<String> keys = new ArrayList<>();
-      String cursor = ScanParams.SCAN_POINTER_START;
-      ScanParams params = new ScanParams().count(1000);
-      do {
-        ScanResult<String> page = jedis.scan(cursor, params);
-        for (String k : page.getResult()) {
-          if (k.compareTo(startkey) >= 0 && keys.size() < recordcount) {
-            keys.add(k);
-          }
-        }
-        cursor = page.getCursor();
-      } while (!ScanParams.SCAN_POINTER_START.equals(cursor) && keys.size() < recordcount);
+      List<String> keys = index
+          ? jedis.zrangeByScore(INDEX, hash(startkey), Double.POSITIVE_INFINITY, 0, recordcount)
+          : scanKeys(startkey, recordcount);
       for (String k : keys) {
         HashMap<String, ByteIterator> values = new HashMap<>();
         Status s = read(table, k, fields, values);
@@ -143,5 +154,22 @@ public class SynodRedisClient extends DB {
     } catch (RuntimeException e) {
       return Status.ERROR;
     }
+  }
+
+  /** Without the index: the first keys at or after startkey, in SCAN order (key order on synod). */
+  private List<String> scanKeys(String startkey, int recordcount) {
+    List<String> keys = new ArrayList<>();
+    String cursor = ScanParams.SCAN_POINTER_START;
+    ScanParams params = new ScanParams().count(1000);
+    do {
+      ScanResult<String> page = jedis.scan(cursor, params);
+      for (String k : page.getResult()) {
+        if (k.compareTo(startkey) >= 0 && keys.size() < recordcount) {
+          keys.add(k);
+        }
+      }
+      cursor = page.getCursor();
+    } while (!ScanParams.SCAN_POINTER_START.equals(cursor) && keys.size() < recordcount);
+    return keys;
   }
 }
