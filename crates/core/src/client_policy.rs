@@ -212,6 +212,17 @@ pub fn final_outcome(body: &ReplyBody) -> Option<Outcome> {
     }
 }
 
+/// If `reply` is final, end the request (cancel the retry timers, report the outcome, mark
+/// the policy inactive) and return true.
+fn finished(active: &mut bool, cx: &mut ClientCtx<'_>, reply: &Reply) -> bool {
+    let Some(outcome) = final_outcome(&reply.body) else { return false };
+    *active = false;
+    cx.cancel_timer(ATTEMPT_TIMER);
+    cx.cancel_timer(RESEND_TIMER);
+    cx.finish(outcome);
+    true
+}
+
 /// Leader-based protocols (MultiPaxos, Raft, HoliPaxos): send to the replica believed to be
 /// the leader (at first the home replica), follow `NotLeader { leader }` redirects, move to
 /// the next replica on a timeout, an unreachable replica or `NotLeader { leader: None }`
@@ -268,14 +279,7 @@ impl ClientPolicy for LeaderPolicy {
     }
 
     fn on_reply(&mut self, cx: &mut ClientCtx<'_>, reply: Reply) {
-        if !self.active {
-            return;
-        }
-        if let Some(outcome) = final_outcome(&reply.body) {
-            self.active = false;
-            cx.cancel_timer(ATTEMPT_TIMER);
-            cx.cancel_timer(RESEND_TIMER);
-            cx.finish(outcome);
+        if !self.active || finished(&mut self.active, cx, &reply) {
             return;
         }
         match reply.body {
@@ -360,14 +364,7 @@ impl ClientPolicy for HomePolicy {
     }
 
     fn on_reply(&mut self, cx: &mut ClientCtx<'_>, reply: Reply) {
-        if !self.active {
-            return;
-        }
-        if let Some(outcome) = final_outcome(&reply.body) {
-            self.active = false;
-            cx.cancel_timer(ATTEMPT_TIMER);
-            cx.cancel_timer(RESEND_TIMER);
-            cx.finish(outcome);
+        if !self.active || finished(&mut self.active, cx, &reply) {
             return;
         }
         if matches!(reply.body, ReplyBody::NotLeader { .. } | ReplyBody::Rejected { .. }) {

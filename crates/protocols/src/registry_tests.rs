@@ -118,13 +118,9 @@ fn read_all(p: &ProtocolInfo, net: &mut Net, d: &mut Driver, to: usize, what: &s
     }
 }
 
-/// Every replica crashes at once (every acknowledged write was persisted before its reply)
-/// and restarts from its durable records alone: nothing acknowledged is lost, and the
-/// cluster serves again.
-fn whole_cluster_crash(p: &ProtocolInfo, n: u32) {
-    let mut net = net_for(p, n, ProtocolParams::default());
-    let mut d = Driver::new(11);
-    write_all(p, &mut net, &mut d, 0, 20, "before the crash");
+/// Crash every replica at once (messages in flight are lost), restart each from its durable
+/// records, and give them time to elect and catch up.
+fn crash_and_restart_all(net: &mut Net, n: u32) {
     for id in 1..=n {
         net.crash(id);
     }
@@ -133,6 +129,16 @@ fn whole_cluster_crash(p: &ProtocolInfo, n: u32) {
         net.restart(id);
     }
     net.run_for(Duration::from_secs(3));
+}
+
+/// Every replica crashes at once (every acknowledged write was persisted before its reply)
+/// and restarts from its durable records alone: nothing acknowledged is lost, and the
+/// cluster serves again.
+fn whole_cluster_crash(p: &ProtocolInfo, n: u32) {
+    let mut net = net_for(p, n, ProtocolParams::default());
+    let mut d = Driver::new(11);
+    write_all(p, &mut net, &mut d, 0, 20, "before the crash");
+    crash_and_restart_all(&mut net, n);
     read_all(p, &mut net, &mut d, 20, "after every replica restarted");
     write_all(p, &mut net, &mut d, 20, 30, "after the restart");
     assert_converged(p, &mut net);
@@ -188,14 +194,7 @@ fn snapshot_catch_up(p: &ProtocolInfo, n: u32) {
     assert_converged(p, &mut net);
     let durable: Vec<usize> = net.nodes.iter().map(|x| x.durable.len()).collect();
     assert!(durable.iter().all(|&r| r < 300), "{} n={n}: the WAL is not compacted: {durable:?} records", p.name);
-    for id in 1..=n {
-        net.crash(id);
-    }
-    net.queue.clear();
-    for id in 1..=n {
-        net.restart(id);
-    }
-    net.run_for(Duration::from_secs(3));
+    crash_and_restart_all(&mut net, n);
     read_all(p, &mut net, &mut d, 600, "after restarting from compacted state");
     assert_converged(p, &mut net);
 }
