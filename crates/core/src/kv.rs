@@ -1017,8 +1017,10 @@ struct Item {
 /// `benches/snapshot.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvStore {
+    #[serde(deserialize_with = "crate::bounded_serde::ord_map")]
     map: OrdMap<Bytes, Item>,
     /// Expiry index: (expire_at_ms, key), so expired keys are purged deterministically.
+    #[serde(deserialize_with = "crate::bounded_serde::ord_set")]
     expiries: OrdSet<(u64, Bytes)>,
     bytes: usize,
     /// The stamp of the command being applied (set by [`KvStore::apply_stamped`] for the

@@ -8,8 +8,10 @@
 
 pub mod ballot;
 pub mod batch;
+pub mod bounded_serde;
 pub mod client_policy;
 pub mod erasure;
+pub mod fuzz;
 pub mod kv;
 pub mod log;
 pub mod params;

@@ -72,6 +72,7 @@ pub enum Order {
 pub struct StateMachine {
     kv: KvStore,
     /// Persistent map, like the KV store's, so snapshots clone in O(1).
+    #[serde(deserialize_with = "crate::bounded_serde::ord_map")]
     sessions: OrdMap<u64, Session>,
     /// Commands applied (including duplicates and no-ops); a logical clock for eviction.
     applied: u64,

@@ -8,15 +8,10 @@
 use crate::registry;
 use crate::testnet::{put, Net};
 use bytes::Bytes;
-use rand::Rng as _;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 use synod_core::{Event, NodeId};
-
-fn iterations() -> usize {
-    std::env::var("SYNOD_FUZZ_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(40)
-}
 
 /// Peer messages of a 3-replica run with some client traffic, a crash and a restart.
 fn capture(build: crate::testnet::Build) -> Vec<(NodeId, NodeId, Bytes)> {
@@ -44,43 +39,9 @@ fn capture(build: crate::testnet::Build) -> Vec<(NodeId, NodeId, Bytes)> {
     out
 }
 
-fn mutate(rng: &mut synod_core::Rng, msg: &[u8], other: &[u8]) -> Vec<u8> {
-    let mut m = msg.to_vec();
-    match rng.gen_range(0..6) {
-        0 => m.truncate(rng.gen_range(0..=m.len())),
-        1 => {
-            for _ in 0..rng.gen_range(1..4) {
-                if !m.is_empty() {
-                    let i = rng.gen_range(0..m.len());
-                    m[i] ^= 1 << rng.gen_range(0..8);
-                }
-            }
-        }
-        2 => {
-            if !m.is_empty() {
-                let i = rng.gen_range(0..m.len());
-                m[i] = [0x00, 0xff, 0x7f, 0x80][rng.gen_range(0..4)];
-            }
-        }
-        3 => {
-            let cut = rng.gen_range(0..=m.len());
-            let from = rng.gen_range(0..=other.len());
-            m.truncate(cut);
-            m.extend_from_slice(&other[from..]);
-        }
-        4 => {
-            let i = rng.gen_range(0..=m.len());
-            let extra: Vec<u8> = (0..rng.gen_range(1..16)).map(|_| rng.gen()).collect();
-            m.splice(i..i, extra);
-        }
-        _ => m = (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
-    }
-    m
-}
-
 #[test]
 fn malformed_peer_messages_never_panic_any_protocol() {
-    let iters = iterations();
+    let iters = synod_core::fuzz::iterations(40);
     for info in registry::all() {
         let captured = capture(info.build);
         assert!(captured.len() > 20, "{}: only {} messages captured", info.name, captured.len());
@@ -91,7 +52,7 @@ fn malformed_peer_messages_never_panic_any_protocol() {
         for (i, (from, to, msg)) in captured.iter().enumerate() {
             let other = &captured[(i * 7 + 3) % captured.len()].2;
             for _ in 0..iters {
-                let bad = mutate(&mut rng, msg, other);
+                let bad = synod_core::fuzz::mutate(&mut rng, msg, other);
                 net.event(*to, Event::Message { from: *from, sent_at: net.now, msg: Bytes::from(bad) });
                 delivered += 1;
             }

@@ -12,10 +12,16 @@ pub(crate) const VERSION: u16 = 1;
 /// written by [`crate::Wal::rewrite`] or is the first segment of a new log), so every older
 /// segment is obsolete.
 pub(crate) const FLAG_BASE: u16 = 1;
-const KNOWN_FLAGS: u16 = FLAG_BASE;
+/// Header flag of a plain segment: the header's count field holds the byte length at which
+/// the segment before it was sealed, so recovery notices a sealed segment that lost whole
+/// records at its end (which scans as clean). Segments written before this flag existed lack
+/// it and are read without that check.
+pub(crate) const FLAG_PREV_LEN: u16 = 2;
+const KNOWN_FLAGS: u16 = FLAG_BASE | FLAG_PREV_LEN;
 
-/// `magic[8] | version u16 | flags u16 | base_records u64 | crc32c u32`, little endian; the
-/// CRC covers the 20 bytes before it.
+/// `magic[8] | version u16 | flags u16 | count u64 | crc32c u32`, little endian; the CRC
+/// covers the 20 bytes before it. `count` is a base segment's record count, or a plain
+/// segment's predecessor's sealed length ([`FLAG_PREV_LEN`]).
 pub(crate) const HEADER_LEN: usize = 24;
 /// `len u32 | crc32c u32` in front of every payload.
 pub(crate) const RECORD_HEADER_LEN: usize = 8;
@@ -34,8 +40,9 @@ pub(crate) struct SegmentHeader {
 }
 
 impl SegmentHeader {
-    pub fn plain() -> Self {
-        SegmentHeader { flags: 0, base_records: 0 }
+    /// A plain segment started after sealing its predecessor at `prev_len` bytes.
+    pub fn plain(prev_len: u64) -> Self {
+        SegmentHeader { flags: FLAG_PREV_LEN, base_records: prev_len }
     }
 
     pub fn base(records: u64) -> Self {
@@ -44,6 +51,11 @@ impl SegmentHeader {
 
     pub fn is_base(&self) -> bool {
         self.flags & FLAG_BASE != 0
+    }
+
+    /// The length its predecessor was sealed at, if the header records it.
+    pub fn prev_len(&self) -> Option<u64> {
+        (!self.is_base() && self.flags & FLAG_PREV_LEN != 0).then_some(self.base_records)
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -274,7 +286,7 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_damage() {
-        for h in [SegmentHeader::plain(), SegmentHeader::base(7)] {
+        for h in [SegmentHeader::plain(123), SegmentHeader::base(7)] {
             let bytes = h.encode();
             assert_eq!(SegmentHeader::decode(&bytes), Ok(h));
             for cut in 0..HEADER_LEN {
@@ -288,7 +300,11 @@ mod tests {
             assert_eq!(SegmentHeader::decode(&bad), Err(HeaderError::BadMagic));
         }
         assert!(SegmentHeader::base(0).is_base());
-        assert!(!SegmentHeader::plain().is_base());
+        assert!(!SegmentHeader::plain(9).is_base());
+        assert_eq!(SegmentHeader::plain(9).prev_len(), Some(9));
+        assert_eq!(SegmentHeader::base(9).prev_len(), None);
+        // A plain segment of a log written before FLAG_PREV_LEN: no recorded length.
+        assert_eq!(SegmentHeader { flags: 0, base_records: 0 }.prev_len(), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! Every segment starts with a 24-byte header
 //!
 //! ```text
-//! magic "SYNODWAL" | version u16 | flags u16 | base_records u64 | crc32c u32 (of the 20 bytes before)
+//! magic "SYNODWAL" | version u16 | flags u16 | count u64 | crc32c u32 (of the 20 bytes before)
 //! ```
 //!
 //! followed by records, each framed as
@@ -23,10 +23,13 @@
 //! the newest segment; once it holds at least [`WalOptions::segment_bytes`], the next commit
 //! first *seals* it (fdatasync) and starts a new one.
 //!
-//! Header flag 1 marks a **base** segment: its first `base_records` records are a complete
+//! Header flag 1 marks a **base** segment: its first `count` records are a complete
 //! image of the durable content, so every older segment is obsolete. [`Wal::rewrite`] writes
 //! one (log compaction), and a brand-new log starts with an empty one. The oldest live segment
-//! is therefore always a base.
+//! is therefore always a base. Header flag 2 marks a plain segment whose `count` is the byte
+//! length its predecessor was sealed at: a sealed segment that lost whole records at its end
+//! would scan as clean, and recovery refuses it instead (segments from before the flag are
+//! read without that check).
 //!
 //! New segments, bases included, are written as `wal-<seq>.log.tmp`, fsynced, renamed into
 //! place and the directory fsynced; so a `.log` file never has a half-written header, and a
@@ -61,7 +64,7 @@
 //! # Recovery
 //!
 //! [`Wal::open`] removes `.tmp` files, picks the newest *complete* base segment (one with all
-//! of its `base_records`), removes the segments older than it (left by a rewrite that crashed
+//! of its `count`), removes the segments older than it (left by a rewrite that crashed
 //! before its cleanup) and reads every record from the base on. Then:
 //!
 //! * A **torn tail** (the newest segment ends in a truncated record, a record with a bad CRC

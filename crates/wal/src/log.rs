@@ -231,7 +231,7 @@ impl Disk {
         // damage in a sealed segment as corruption rather than as a torn write.
         self.sync_data()?;
         let seq = self.seq + 1;
-        let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::plain(), &[])?;
+        let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::plain(self.size), &[])?;
         tracing::debug!(path = %path.display(), "write-ahead log rotated to a new segment");
         self.sealed_bytes += self.size;
         self.segments += 1;

@@ -193,6 +193,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered, WalError> {
     let mut sealed_bytes = 0;
     let mut last_size = 0;
     let mut base_part = Some((base_data, base_scan));
+    let mut prev_len = 0;
     for (k, seg) in segs.iter().enumerate() {
         let (data, scan) = match base_part.take() {
             Some(part) => part,
@@ -201,6 +202,17 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered, WalError> {
                 let header = SegmentHeader::decode(&data).map_err(|e| corrupt(&seg.path, 0, e.to_string()))?;
                 if header.is_base() {
                     return Err(corrupt(&seg.path, 0, "unexpected incomplete base segment"));
+                }
+                // A sealed segment cut at a record boundary scans as clean; the length it was
+                // sealed at, recorded in its successor's header, tells.
+                if let Some(sealed) = header.prev_len() {
+                    if sealed != prev_len {
+                        return Err(corrupt(
+                            &segs[k - 1].path,
+                            prev_len.min(sealed) as usize,
+                            format!("sealed segment holds {prev_len} bytes but was sealed at {sealed}: records are missing from the middle of the log"),
+                        ));
+                    }
                 }
                 let scan = scan_records(&data, HEADER_LEN);
                 (data, scan)
@@ -216,6 +228,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered, WalError> {
             truncate(&seg.path, scan.end)?;
             len = scan.end;
         }
+        prev_len = data.len() as u64;
         records.extend(scan.records.iter().map(|r| data.slice(r.clone())));
         if is_last {
             last_size = len as u64;

@@ -269,6 +269,30 @@ fn damage_in_a_sealed_segment_or_a_missing_segment_is_an_error() {
     assert_eq!(path, segs[1]);
     assert!(offset > HEADER_LEN && offset < file_len(&segs[1]));
 
+    // A sealed segment that lost its last whole record scans as clean: the length it was
+    // sealed at, kept in the next segment's header, tells (found by tests/fuzz_recovery.rs).
+    let tmp = TempDir::new().unwrap();
+    write_batches(tmp.path(), o.clone(), &batches);
+    let segs = segments(tmp.path());
+    let (_, records) = reopen(tmp.path());
+    let sealed = file_len(&segs[1]);
+    // Cut segment 1 right after its second-to-last record (walk its record frames).
+    let data = fs::read(&segs[1]).unwrap();
+    let mut off = HEADER_LEN as usize;
+    let mut boundaries = vec![off];
+    while off < data.len() {
+        let len = u32::from_le_bytes(data[off..off + 4].try_into().unwrap()) as usize;
+        off += 8 + len;
+        boundaries.push(off);
+    }
+    assert_eq!(off as u64, sealed);
+    assert!(boundaries.len() >= 3, "segment 1 holds at least two records");
+    set_len(&segs[1], boundaries[boundaries.len() - 2] as u64);
+    let (path, _, msg) = expect_corrupt(tmp.path());
+    assert_eq!(path, segs[1]);
+    assert!(msg.contains("sealed at"), "{msg}");
+    assert_eq!(records.len(), batches.len());
+
     // A segment missing between others.
     let tmp = TempDir::new().unwrap();
     write_batches(tmp.path(), o.clone(), &batches);

@@ -86,8 +86,11 @@ impl RequestParser {
                     Some(len) => len,
                     None => {
                         let Some(line) = take_line(buf, "too big bulk count string")? else { return Ok(None) };
-                        if line[0] != b'$' {
-                            return perr(format!("expected '$', got '{}'", printable(line[0])));
+                        // An empty line (a bare CRLF where a bulk header belongs) has no
+                        // first byte: Redis reports the CR it found there.
+                        let first = line.first().copied().unwrap_or(b'\r');
+                        if first != b'$' {
+                            return perr(format!("expected '$', got '{}'", printable(first)));
                         }
                         let len = match parse_len(&line[1..]) {
                             Some(n) if n >= 0 => n as usize,
