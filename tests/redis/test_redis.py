@@ -352,6 +352,21 @@ def test_scan_match_count_and_keys(r, p):
         r.execute_command("SCAN", "notanumber")
 
 
+def test_member_scans_visit_every_member_once(r, p):
+    # Large enough that the scan takes many calls (COUNT is a hint in Redis; synod examines
+    # COUNT members per call in member order).
+    r.hset(p + "h", mapping={f"f{i}": str(i) for i in range(500)})
+    r.sadd(p + "s", *[f"m{i}" for i in range(500)])
+    r.zadd(p + "z", {f"m{i}": i for i in range(500)})
+    assert dict(r.hscan_iter(p + "h", count=7)) == {f"f{i}": str(i) for i in range(500)}
+    members = list(r.sscan_iter(p + "s", count=7))
+    assert sorted(members) == sorted(f"m{i}" for i in range(500))
+    assert dict(r.zscan_iter(p + "z", count=7)) == {f"m{i}": float(i) for i in range(500)}
+    assert sorted(r.sscan_iter(p + "s", match="m4?")) == sorted(f"m4{i}" for i in range(10))
+    cursor, page = r.hscan(p + "h", 0, count=10)
+    assert cursor != 0 and len(page) == 10
+
+
 def test_resp3_via_hello(p):
     c = client(protocol=3, decode_responses=True)
     try:

@@ -58,9 +58,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Serialize;
 
-    #[derive(Serialize, Deserialize, PartialEq, Debug)]
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
     struct S {
         #[serde(deserialize_with = "ord_map")]
         m: OrdMap<u64, String>,
@@ -71,8 +70,8 @@ mod tests {
     #[test]
     fn round_trips_and_a_huge_announced_length_is_an_error_not_an_allocation() {
         let v = S {
-            m: [(1, "a".to_string()), (2, "b".to_string())].into_iter().collect(),
-            s: [(3, 4)].into_iter().collect(),
+            m: [(1u64, "a".to_string()), (2, "b".to_string())].into_iter().collect(),
+            s: [(3u64, 4u8)].into_iter().collect(),
         };
         let bytes = postcard::to_allocvec(&v).unwrap();
         assert_eq!(postcard::from_bytes::<S>(&bytes).unwrap(), v);

@@ -137,6 +137,17 @@ pub enum Op {
         pattern: Option<Bytes>,
         count: u32,
     },
+    /// HSCAN / SSCAN / ZSCAN: the members of the hash, set or sorted set at `key` (refused
+    /// with WRONGTYPE if it holds another type) after `after` (exclusive; empty = from the
+    /// start) in member order, matching the glob `pattern`, examining at most `count`. A hash
+    /// gives field, value, field, value, …; a sorted set member, score, …; a set members.
+    MemberScan {
+        key: Bytes,
+        of: ScanOf,
+        after: Bytes,
+        pattern: Option<Bytes>,
+        count: u32,
+    },
     /// Number of keys (DBSIZE).
     DbSize,
     /// Redis SET with a relative expiry (EX/PX, SETEX/PSETEX): [`Op::Set`] with `expire_at_ms`
@@ -599,6 +610,14 @@ pub fn parse_score(v: &[u8]) -> Option<f64> {
     parse_f64(v)
 }
 
+/// The type [`Op::MemberScan`] expects at its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ScanOf {
+    Hash,
+    Set,
+    ZSet,
+}
+
 /// Which combination of sets [`Op::SetCombine`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SetCombine {
@@ -692,6 +711,7 @@ impl Op {
             | Op::HashSet { key, .. }
             | Op::HashGet { key, .. }
             | Op::HashGetAll { key }
+            | Op::MemberScan { key, .. }
             | Op::HashDelete { key, .. }
             | Op::HashLen { key }
             | Op::Type { key }
@@ -827,7 +847,7 @@ impl Op {
             | Op::HashIncrByFloat { field: name, .. }
             | Op::HashSetNx { field: name, .. }
             | Op::HashStrlen { field: name, .. } => f(name),
-            Op::KeyScan { after, pattern, .. } => {
+            Op::KeyScan { after, pattern, .. } | Op::MemberScan { after, pattern, .. } => {
                 f(after);
                 if let Some(p) = pattern {
                     f(p);
@@ -1823,6 +1843,41 @@ impl KvStore {
                     .as_ref()
                     .is_some_and(|l| self.map.range((Bound::Excluded(l.clone()), Bound::Unbounded)).next().is_some());
                 OpResult::Keys { keys, next: if more { last } else { None } }
+            }
+            Op::MemberScan { key, of, after, pattern, count } => {
+                let lower = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.clone()) };
+                let range = (lower, Bound::Unbounded);
+                let take = (*count).max(1) as usize;
+                let keep = |m: &Bytes| pattern.as_ref().is_none_or(|p| glob_match(p, m));
+                // (member, what follows it in the reply), in member order; and whether more follow.
+                let (found, more): (Vec<(Bytes, Option<Bytes>)>, bool) = match of {
+                    ScanOf::Hash => match self.hash(key)? {
+                        None => (Vec::new(), false),
+                        Some(h) => {
+                            let mut it = h.range(range).map(|(f, v)| (f.clone(), Some(v.clone())));
+                            (it.by_ref().take(take).collect(), it.next().is_some())
+                        }
+                    },
+                    ScanOf::Set => match self.set(key)? {
+                        None => (Vec::new(), false),
+                        Some(m) => {
+                            let mut it = m.range(range).map(|x| (x.clone(), None));
+                            (it.by_ref().take(take).collect(), it.next().is_some())
+                        }
+                    },
+                    ScanOf::ZSet => match self.zset(key)? {
+                        None => (Vec::new(), false),
+                        Some(z) => {
+                            let mut it =
+                                z.scores.range(range).map(|(m, sc)| (m.clone(), Some(Bytes::from(format_score(sc.0)))));
+                            (it.by_ref().take(take).collect(), it.next().is_some())
+                        }
+                    },
+                };
+                let next = if more { found.last().map(|(m, _)| m.clone()) } else { None };
+                let keys =
+                    found.into_iter().filter(|(m, _)| keep(m)).flat_map(|(m, v)| std::iter::once(m).chain(v)).collect();
+                OpResult::Keys { keys, next }
             }
             Op::DbSize => OpResult::Int(self.map.len() as i64),
             Op::ListRange { key, start, stop } => {
@@ -2968,9 +3023,10 @@ mod tests {
             Op::SetPop { .. } => 63,
             Op::SetRandMember { .. } => 64,
             Op::ListMove { .. } => 65,
+            Op::MemberScan { .. } => 67,
         }
     }
-    const KINDS: usize = 67;
+    const KINDS: usize = 68;
 
     /// A store with a key of every type: strings `str` and `n` (a number), hash `h`, lists
     /// `l` and `m`, sets `s` and `t`, sorted sets `y` and `z`.
@@ -3028,6 +3084,7 @@ mod tests {
             Op::HashLen { key: k("h") },
             Op::Type { key: k("z") },
             Op::KeyScan { after: Bytes::new(), pattern: None, count: 10 },
+            Op::MemberScan { key: k("h"), of: ScanOf::Hash, after: Bytes::new(), pattern: None, count: 10 },
             Op::DbSize,
             Op::SetWithTtl { key: k("str"), value: k("v"), cond: SetCond::Always, ttl_ms: 10, get: true },
             Op::Versions { keys: ks(&["str", "z"]) },

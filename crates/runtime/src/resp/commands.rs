@@ -145,6 +145,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("hget", 3, RF, 1, 1, 1, Hash, "Returns the value of a field in a hash."),
     spec!("hmget", -3, RF, 1, 1, 1, Hash, "Returns the values of all fields in a hash."),
     spec!("hgetall", 2, R, 1, 1, 1, Hash, "Returns all fields and values in a hash."),
+    spec!("hscan", -3, R, 1, 1, 1, Hash, "Iterates over fields and values of a hash (MATCH, COUNT)."),
     spec!("hdel", -3, WF, 1, 1, 1, Hash, "Deletes one or more fields and their values from a hash."),
     spec!("hexists", 3, RF, 1, 1, 1, Hash, "Determines whether a field exists in a hash."),
     spec!("hlen", 2, RF, 1, 1, 1, Hash, "Returns the number of fields in a hash."),
@@ -230,6 +231,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("zscore", 3, RF, 1, 1, 1, SortedSet, "Returns the score of a member in a sorted set."),
     spec!("zmscore", -3, RF, 1, 1, 1, SortedSet, "Returns the score of one or more members in a sorted set."),
     spec!("zcard", 2, RF, 1, 1, 1, SortedSet, "Returns the number of members in a sorted set."),
+    spec!("zscan", -3, R, 1, 1, 1, SortedSet, "Iterates over members and scores of a sorted set (MATCH, COUNT)."),
     spec!(
         "zrank",
         3,
@@ -335,6 +337,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("sadd", -3, WF, 1, 1, 1, Set, "Adds one or more members to a set. Creates the key if it doesn't exist."),
     spec!("srem", -3, WF, 1, 1, 1, Set, "Removes one or more members from a set."),
     spec!("smembers", 2, R, 1, 1, 1, Set, "Returns all members of a set."),
+    spec!("sscan", -3, R, 1, 1, 1, Set, "Iterates over members of a set (MATCH, COUNT)."),
     spec!("sismember", 3, RF, 1, 1, 1, Set, "Determines whether a member belongs to a set."),
     spec!("scard", 2, RF, 1, 1, 1, Set, "Returns the number of members in a set."),
     spec!("sinter", -2, R, 1, -1, 1, Set, "Returns the intersect of multiple sets."),
@@ -580,7 +583,19 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
         "type" => (Op::Type { key: key() }, Status),
         "dbsize" => (Op::DbSize, Int),
         "keys" => (Op::KeyScan { after: Bytes::new(), pattern: Some(key()), count: u32::MAX }, Keys),
-        "scan" => (scan_op(a, cursors)?, Scan),
+        "scan" => {
+            let (after, pattern, count) = scan_args(a, cursors, true)?;
+            (Op::KeyScan { after, pattern, count }, Scan)
+        }
+        "hscan" | "sscan" | "zscan" => {
+            let of = match name {
+                "hscan" => synod_core::kv::ScanOf::Hash,
+                "sscan" => synod_core::kv::ScanOf::Set,
+                _ => synod_core::kv::ScanOf::ZSet,
+            };
+            let (after, pattern, count) = scan_args(&a[1..], cursors, false)?;
+            (Op::MemberScan { key: key(), of, after, pattern, count }, Scan)
+        }
         "hset" => (Op::HashSet { key: key(), pairs: pairs(&a[1..], name)? }, Int),
         "hmset" => (Op::HashSet { key: key(), pairs: pairs(&a[1..], name)? }, Done),
         "hget" => (Op::HashGet { key: key(), fields: vec![a[1].clone()] }, FirstBulk),
@@ -1006,7 +1021,10 @@ fn getex_op(a: &[Bytes]) -> Result<Op, RespValue> {
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count]
-fn scan_op(a: &[Bytes], cursors: &Cursors) -> Result<Op, RespValue> {
+/// A cursor and the MATCH / COUNT options of SCAN, HSCAN, SSCAN and ZSCAN: where to continue
+/// (the member or key the cursor stands for), the pattern and the count. SCAN's TYPE option
+/// (`key_scan`) is refused as unsupported; the member scans have none.
+fn scan_args(a: &[Bytes], cursors: &Cursors, key_scan: bool) -> Result<(Bytes, Option<Bytes>, u32), RespValue> {
     let invalid = || RespValue::err("ERR invalid cursor");
     let cursor: u64 = std::str::from_utf8(&a[0]).ok().and_then(|s| s.parse().ok()).ok_or_else(invalid)?;
     let after = if cursor == 0 { Bytes::new() } else { cursors.lookup(cursor).ok_or_else(invalid)? };
@@ -1025,12 +1043,12 @@ fn scan_op(a: &[Bytes], cursors: &Cursors) -> Result<Op, RespValue> {
                 }
                 count = n.min(u32::MAX as i64) as u32;
             }
-            b"TYPE" => return Err(RespValue::err("ERR SCAN TYPE is not supported by synod")),
+            b"TYPE" if key_scan => return Err(RespValue::err("ERR SCAN TYPE is not supported by synod")),
             _ => return Err(syntax_error()),
         }
         i += 2;
     }
-    Ok(Op::KeyScan { after, pattern, count })
+    Ok((after, pattern, count))
 }
 
 /// Render a data command's result. `OpResult::Error` (WRONGTYPE, not an integer, …) becomes
@@ -1351,10 +1369,13 @@ mod tests {
                 // Every data command translates with its minimal arguments.
                 let n = s.arity.unsigned_abs() as usize;
                 let mut a: Vec<Bytes> = vec![b(s.name)];
-                // "0" is a valid SCAN cursor, "1" a valid TTL, count, key or value; LMOVE
+                // "0" is a valid (H/S/Z)SCAN cursor, "1" a valid TTL, count, key or value; LMOVE
                 // needs its two sides, lexicographic ranges their own bounds.
                 let arg = if s.name == "scan" { "0" } else { "1" };
                 a.extend((1..n).map(|_| b(arg)));
+                if matches!(s.name, "hscan" | "sscan" | "zscan") {
+                    a[2] = b("0");
+                }
                 if s.name == "lmove" {
                     a[3] = b("LEFT");
                     a[4] = b("RIGHT");
