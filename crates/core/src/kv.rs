@@ -137,17 +137,6 @@ pub enum Op {
         pattern: Option<Bytes>,
         count: u32,
     },
-    /// HSCAN / SSCAN / ZSCAN: the members of the hash, set or sorted set at `key` (refused
-    /// with WRONGTYPE if it holds another type) after `after` (exclusive; empty = from the
-    /// start) in member order, matching the glob `pattern`, examining at most `count`. A hash
-    /// gives field, value, field, value, …; a sorted set member, score, …; a set members.
-    MemberScan {
-        key: Bytes,
-        of: ScanOf,
-        after: Bytes,
-        pattern: Option<Bytes>,
-        count: u32,
-    },
     /// Number of keys (DBSIZE).
     DbSize,
     /// Redis SET with a relative expiry (EX/PX, SETEX/PSETEX): [`Op::Set`] with `expire_at_ms`
@@ -414,6 +403,18 @@ pub enum Op {
         key: Bytes,
         max: bool,
         count: u64,
+    },
+    // New variants go last: a variant's index is its encoding in WAL records and snapshots.
+    /// HSCAN / SSCAN / ZSCAN: the members of the hash, set or sorted set at `key` (refused
+    /// with WRONGTYPE if it holds another type) after `after` (exclusive; empty = from the
+    /// start) in member order, matching the glob `pattern`, examining at most `count`. A hash
+    /// gives field, value, field, value, …; a sorted set member, score, …; a set members.
+    MemberScan {
+        key: Bytes,
+        of: ScanOf,
+        after: Bytes,
+        pattern: Option<Bytes>,
+        count: u32,
     },
 }
 
