@@ -169,7 +169,8 @@ async fn write_replies(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<ServerMsg>
 fn put_msg(buf: &mut BytesMut, msg: &ServerMsg) {
     let at = buf.len();
     buf.extend_from_slice(&[0; 4]);
-    *buf = postcard::to_extend(msg, std::mem::take(buf)).expect("server messages serialize");
+    // Through `io::Write` (whole slices), not `Extend<u8>` (byte by byte).
+    postcard::to_io(msg, bytes::BufMut::writer(&mut *buf)).expect("server messages serialize");
     let len = (buf.len() - at - 4) as u32;
     buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
 }

@@ -599,7 +599,8 @@ mod tests {
 
     #[test]
     fn malformed_peer_frames_are_errors() {
-        let good = Bytes::from(postcard::to_allocvec(&PeerFrame { sent_at: 5, msg: Bytes::from_static(b"abc") }).unwrap());
+        let good =
+            Bytes::from(postcard::to_allocvec(&PeerFrame { sent_at: 5, msg: Bytes::from_static(b"abc") }).unwrap());
         assert!(decode_frame(good.slice(..good.len() - 1)).is_err(), "truncated message");
         let mut long = good.to_vec();
         long.push(0);
@@ -609,7 +610,9 @@ mod tests {
         let mut over = vec![0xff; 9];
         over.push(0x02);
         assert!(decode_frame(Bytes::from(over)).is_err(), "varint overflow in the 10th byte");
-        assert!(decode_frame(Bytes::from(vec![0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])).is_err());
+        assert!(
+            decode_frame(Bytes::from(vec![0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])).is_err()
+        );
     }
 
     #[test]
