@@ -278,6 +278,7 @@ try:
         ratio("base-3", "base-1")
 finally:
     stop_all()
-    if not os.environ.get("OUT") and os.environ.get("KEEP") != "1":
+    # The data directories always go (OUT, when given, lives elsewhere); KEEP=1 keeps them.
+    if os.environ.get("KEEP") != "1":
         shutil.rmtree(root, ignore_errors=True)
 PYEOF
