@@ -152,14 +152,46 @@ async fn write_replies(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<ServerMsg>
     let mut buf = BytesMut::with_capacity(16 * 1024);
     while let Some(first) = rx.recv().await {
         buf.clear();
-        buf.extend_from_slice(&wire::frame(&first));
+        put_msg(&mut buf, &first);
         while buf.len() < MAX_WRITE_BYTES {
             match rx.try_recv() {
-                Ok(m) => buf.extend_from_slice(&wire::frame(&m)),
+                Ok(m) => put_msg(&mut buf, &m),
                 Err(_) => break,
             }
         }
         wr.write_all(&buf).await.context("writing replies")?;
     }
     Ok(())
+}
+
+/// Append `msg` to `buf` as one wire frame (`wire::frame`'s bytes), serialized in place
+/// rather than into a fresh buffer that is then copied.
+fn put_msg(buf: &mut BytesMut, msg: &ServerMsg) {
+    let at = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    // Through `io::Write` (whole slices), not `Extend<u8>` (byte by byte).
+    postcard::to_io(msg, bytes::BufMut::writer(&mut *buf)).expect("server messages serialize");
+    let len = (buf.len() - at - 4) as u32;
+    buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use synod_core::OpResult;
+
+    #[test]
+    fn replies_are_framed_in_place_as_wire_frame_does() {
+        let mut buf = BytesMut::new();
+        let msgs = [
+            ServerMsg::Reply(Reply { client: 1, seq: 2, from: 3, body: ReplyBody::Done(OpResult::Done) }),
+            ServerMsg::Refused { reason: "full".into() },
+        ];
+        let mut expected = Vec::new();
+        for m in &msgs {
+            put_msg(&mut buf, m);
+            expected.extend_from_slice(&wire::frame(m));
+        }
+        assert_eq!(&buf[..], &expected[..]);
+    }
 }

@@ -132,7 +132,17 @@ pub struct Driver {
     metrics: NodeMetrics,
     /// Connects to / drops peers when the configuration changes (None: fixed peers).
     peer_set: Option<PeerSet>,
+    /// Moving average of how long a blocking commit (an fsync) took, in microseconds: it
+    /// decides where the next one runs (see [`Driver::commit`]).
+    commit_micros: f64,
 }
+
+/// A blocking commit that recently took less than this on average runs inline on the node
+/// loop's thread: a hand-off to the blocking pool and back costs two thread wake-ups (tens of
+/// microseconds of CPU on a busy machine), more than a fast sync (a tmpfs, a disk with a
+/// power-loss-protected cache). Slower ones go to the blocking pool so that the network
+/// tasks sharing the thread keep going meanwhile.
+const INLINE_COMMIT_MICROS: f64 = 50.0;
 
 /// Bookkeeping of one turn.
 #[derive(Default)]
@@ -180,6 +190,8 @@ impl Driver {
             status,
             metrics,
             peer_set: None,
+            // Start on the blocking pool until a commit has been measured.
+            commit_micros: f64::INFINITY,
         }
     }
 
@@ -271,6 +283,11 @@ impl Driver {
             let queued = client_rx.len() as u64;
             self.metrics.queued_requests.set(queued as f64);
             self.turn(events.drain(..), queued).await?;
+            // Let the connection tasks run once per turn: they send what the turn released
+            // and read what arrived meanwhile. Without this, a turn whose commit did not
+            // suspend (an inline one) followed by internal events (`Persisted`) would keep
+            // the thread, and on a one-thread runtime nothing would leave the replica.
+            tokio::task::yield_now().await;
         }
     }
 
@@ -300,17 +317,20 @@ impl Driver {
         let mut actions = Vec::new();
         let mut n = 0u64;
         let started = Instant::now();
+        // One clock read per event: the end of one event is the start of the next.
+        let mut event_started = started;
         for event in events {
             n += 1;
             let kind = event_kind(&event);
-            let event_started = Instant::now();
             let mut ctx = Ctx::new(self.id, self.clock.now(), &mut self.rng, &mut actions);
             ctx.load.queued_requests = queued;
             self.protocol.on_event(&mut ctx, event);
             for a in actions.drain(..) {
                 self.execute(a, &mut turn)?;
             }
-            let took = event_started.elapsed();
+            let event_done = Instant::now();
+            let took = event_done - event_started;
+            event_started = event_done;
             if took >= SLOW_EVENT {
                 warn!(?took, event = kind, "slow event: the node loop stopped for it");
             }
@@ -473,8 +493,9 @@ impl Driver {
             self.metrics.wal_records.increment(turn.records);
             self.metrics.wal_bytes.increment(turn.bytes);
         }
+        let sent_at = self.clock.now();
         for out in turn.held {
-            self.release(out);
+            self.release_at(out, sent_at);
         }
         self.internal.extend(turn.tokens.into_iter().map(|token| Event::Persisted { token }));
         let status = self.protocol.status();
@@ -487,9 +508,12 @@ impl Driver {
     /// One group commit. A commit that may block on the disk (fsync = always) runs on the
     /// blocking pool so that the network tasks sharing the runtime's workers keep going:
     /// measured with `examples/loopback_bench` (3 replicas, 32 clients, 2 cores) that is
-    /// 4.2-5.0k puts/s against 2.0-2.4k with the fsync inline on a worker. Commits that only
-    /// write (never / batch, whose fsync runs on the WAL's flusher thread) stay inline: a
-    /// thread hand-off would cost more than the write.
+    /// 4.2-5.0k puts/s against 2.0-2.4k with the fsync inline on a worker. Unless syncs are
+    /// fast: then the hand-off costs more than the sync and it runs inline
+    /// ([`INLINE_COMMIT_MICROS`]; every commit is timed, so a disk that becomes slow moves
+    /// the next commits back to the pool). Commits that only write (never / batch, whose
+    /// fsync runs on the WAL's flusher thread) always stay inline. Either way the commit has
+    /// returned before anything held back by the turn is released.
     async fn commit(&mut self) -> anyhow::Result<()> {
         let mut st = self.storage.take().expect("storage present outside a commit");
         if !st.commit_blocks() {
@@ -497,12 +521,26 @@ impl Driver {
             self.storage = Some(st);
             return r.context("write-ahead log commit");
         }
-        let (st, r) = tokio::task::spawn_blocking(move || {
+        let (st, r, took) = if self.commit_micros < INLINE_COMMIT_MICROS {
+            let started = std::time::Instant::now();
             let r = st.commit();
-            (st, r)
-        })
-        .await
-        .context("write-ahead log commit thread failed")?;
+            (st, r, started.elapsed())
+        } else {
+            tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                let r = st.commit();
+                (st, r, started.elapsed())
+            })
+            .await
+            .context("write-ahead log commit thread failed")?
+        };
+        let micros = took.as_secs_f64() * 1e6;
+        self.commit_micros =
+            if self.commit_micros.is_finite() { 0.9 * self.commit_micros + 0.1 * micros } else { micros };
+        // A single slow sync sends the next commit to the pool at once.
+        if micros >= 4.0 * INLINE_COMMIT_MICROS {
+            self.commit_micros = self.commit_micros.max(micros);
+        }
         self.storage = Some(st);
         r.context("write-ahead log commit")
     }
@@ -517,16 +555,25 @@ impl Driver {
     }
 
     fn release(&mut self, out: Outgoing) {
+        let sent_at = match out {
+            Outgoing::Client(..) => Time(0), // no stamp: spare the clock read
+            _ => self.clock.now(),
+        };
+        self.release_at(out, sent_at);
+    }
+
+    /// Let `out` leave, stamped `sent_at` (the messages a commit held back share one stamp).
+    fn release_at(&mut self, out: Outgoing, sent_at: Time) {
         match out {
             Outgoing::Peer(to, msg) if to == self.id => {
-                self.internal.push_back(Event::Message { from: self.id, sent_at: self.clock.now(), msg })
+                self.internal.push_back(Event::Message { from: self.id, sent_at, msg })
             }
             Outgoing::Peer(to, msg) => match self.peers.get(&to) {
-                Some(p) => p.send(PeerFrame { sent_at: self.clock.now().as_nanos(), msg }),
+                Some(p) => p.send(PeerFrame { sent_at: sent_at.as_nanos(), msg }),
                 None => warn!(to, "protocol sent a message to an unknown replica; dropped"),
             },
             Outgoing::Broadcast(msg) => {
-                let sent_at = self.clock.now().as_nanos();
+                let sent_at = sent_at.as_nanos();
                 for p in self.peers.values() {
                     p.send(PeerFrame { sent_at, msg: msg.clone() });
                 }

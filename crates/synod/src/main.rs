@@ -14,6 +14,12 @@ mod signal;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc's malloc: a replica allocates and frees small buffers for every
+/// message, and glibc's allocator (with its consolidation passes) was ~12% of a replica's
+/// CPU in `perf` profiles under load (docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "synod", version, about = "A protocol-generic, linearizable, replicated key-value store")]
 struct Cli {

@@ -31,6 +31,13 @@ pub struct Args {
     /// API's POST /members/add) committed its addition (MultiPaxos / HoliPaxos).
     #[arg(long)]
     pub join: bool,
+    /// Threads that run the replica's network tasks and node loop. 1 (the default): one
+    /// thread runs everything (a current-thread runtime), so handing a message from a
+    /// connection task to the node loop and a reply back costs no thread wake-up; blocking
+    /// fsyncs still run on a separate thread (docs/performance.md). N > 1: a work-stealing
+    /// runtime with N workers; 0: one worker per CPU.
+    #[arg(long, env = "SYNOD_THREADS", default_value_t = 1)]
+    pub threads: usize,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -54,7 +61,12 @@ pub fn main(args: Args) -> ExitCode {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match args.threads {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        0 => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build(),
+    };
+    let runtime = match runtime {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
