@@ -133,7 +133,7 @@ static REGISTRY: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "paxos-lbr",
         description: "MultiPaxos with leader-based rejection (IDEM's baseline): the leader runs the acceptance test; options reject_threshold, admission",
-        client: leader_policy,
+        client: crate::layers::lbr::client,
         order: Order::Total,
         tolerates: minority,
         build: crate::layers::lbr::build,
