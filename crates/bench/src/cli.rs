@@ -60,6 +60,10 @@ pub struct BenchArgs {
     /// Closed loop: pause between a reply and the client's next request.
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     pub think_time: Duration,
+    /// Closed loop: after a rejected operation, wait a random time in MIN-MAX before the next
+    /// request (e.g. `50ms-100ms`, IDEM's clients; one value: a fixed back-off).
+    #[arg(long, value_parser = parse_backoff)]
+    pub reject_backoff: Option<(Duration, Duration)>,
     /// Open loop: Poisson arrivals at this many operations per second (latency measured from
     /// the intended send time).
     #[arg(long)]
@@ -124,6 +128,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         other => return Err(format!("`{s}`: unknown unit `{other}` (us, ms, s, m, h)")),
     };
     Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is not a valid duration"))
+}
+
+/// `MIN-MAX` or one duration (`50ms-100ms`, `5ms`): a reject back-off range.
+pub fn parse_backoff(s: &str) -> Result<(Duration, Duration), String> {
+    let (lo, hi) = match s.split_once('-') {
+        Some((lo, hi)) => (parse_duration(lo)?, parse_duration(hi)?),
+        None => {
+            let d = parse_duration(s)?;
+            (d, d)
+        }
+    };
+    if hi < lo {
+        return Err(format!("back-off `{s}`: the maximum is below the minimum"));
+    }
+    Ok((lo, hi))
 }
 
 /// A swept parameter.
@@ -240,6 +259,7 @@ impl BenchArgs {
             progress: None,
             start_slot: None,
             rate_control: None,
+            reject_backoff: self.reject_backoff,
         })
     }
 }
@@ -417,6 +437,13 @@ fn print_run(title: &str, r: &driver::RunResult) {
             c.max_ms
         );
     }
+    let all = r.summary.all();
+    if all.reject_throughput > 0.0 {
+        println!(
+            "  rejected (definitive + ambivalent): {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; goodput {:.0} ops/s",
+            all.reject_throughput, all.reject_p50_ms, all.reject_p99_ms, all.throughput
+        );
+    }
     if r.summary.dropped > 0 {
         println!("  dropped arrivals (open loop, over --max-outstanding): {}", r.summary.dropped);
     }
@@ -447,6 +474,16 @@ mod tests {
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("10 parsecs").unwrap_err().contains("unknown unit"));
         assert!(parse_duration("abc").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn reject_backoff_parses_a_range_or_one_value() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_backoff("50ms-100ms"), Ok((ms(50), ms(100))));
+        assert_eq!(parse_backoff("5ms"), Ok((ms(5), ms(5))));
+        assert!(parse_backoff("100ms-50ms").unwrap_err().contains("below the minimum"));
+        let args = parse(&["--target", "synod=127.0.0.1:1", "--reject-backoff", "1ms-2ms"]).unwrap();
+        assert_eq!(args.run_config(4, None).unwrap().reject_backoff, Some((ms(1), ms(2))));
     }
 
     #[test]

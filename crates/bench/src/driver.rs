@@ -96,6 +96,18 @@ pub struct RunConfig {
     /// the fixed rate of [`LoadMode::Open`] (which is only the initial value).
     #[serde(skip)]
     pub rate_control: Option<RateControl>,
+    /// Closed loop: after a rejected operation (definitive or ambivalent) the client waits a
+    /// uniformly random time in `[min, max]` before its next request (IDEM §7: 50–100 ms).
+    #[serde(with = "backoff_secs")]
+    pub reject_backoff: Option<(Duration, Duration)>,
+}
+
+mod backoff_secs {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(b: &Option<(Duration, Duration)>, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&b.map(|(lo, hi)| [lo.as_secs_f64(), hi.as_secs_f64()]), s)
+    }
 }
 
 /// A shared, changeable open-loop arrival rate (operations per second).
@@ -140,6 +152,7 @@ impl RunConfig {
             progress: None,
             start_slot: None,
             rate_control: None,
+            reject_backoff: None,
         }
     }
 }
@@ -320,7 +333,8 @@ where
     match cfg.mode {
         LoadMode::Closed { think } => {
             for (i, target) in targets.into_iter().enumerate() {
-                tasks.spawn(closed_client(i, target, connect.clone(), shared.clone(), think, cfg.op_timeout));
+                let pause = Pause { think, backoff: cfg.reject_backoff };
+                tasks.spawn(closed_client(i, target, connect.clone(), shared.clone(), pause, cfg.op_timeout));
             }
         }
         LoadMode::Open { rate, max_outstanding } => {
@@ -391,18 +405,40 @@ where
     Ok(RunResult { recorder, elapsed, summary, interrupted, measure_start })
 }
 
+/// A closed-loop client's pauses: after every answer, and after a rejection.
+#[derive(Clone, Copy, Debug)]
+struct Pause {
+    think: Duration,
+    backoff: Option<(Duration, Duration)>,
+}
+
+impl Pause {
+    /// How long to wait before the next request after `completion`.
+    fn after(&self, completion: Completion, rng: &mut ChaCha8Rng) -> Duration {
+        match (completion, self.backoff) {
+            (Completion::Rejected | Completion::Ambivalent, Some((lo, hi))) => {
+                let extra = if hi > lo { (hi - lo).mul_f64(rand::Rng::gen::<f64>(rng)) } else { Duration::ZERO };
+                self.think + lo + extra
+            }
+            _ => self.think,
+        }
+    }
+}
+
 async fn closed_client<T, F, Fut>(
     id: usize,
     target: T,
     connect: Arc<F>,
     shared: Arc<Shared>,
-    think: Duration,
+    pause: Pause,
     op_timeout: Duration,
 ) where
     T: Target,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = Result<T, TargetError>>,
 {
+    // Back-off draws: one stream per client, independent of the operation stream.
+    let mut rng = ChaCha8Rng::seed_from_u64(0x6261_636b_6f66_6600 ^ id as u64);
     let mut target = Some(target);
     while !shared.finished() {
         let Some(t) = target.as_mut() else {
@@ -428,8 +464,9 @@ async fn closed_client<T, F, Fut>(
         if broken {
             target = None;
         }
-        if !think.is_zero() {
-            tokio::time::sleep(think).await;
+        let wait = pause.after(completion, &mut rng);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
     }
 }

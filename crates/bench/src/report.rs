@@ -30,11 +30,12 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
     std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
 
-const CLASS_HEADER: &str = "class,ok,rejected,ambivalent,errors,throughput_ops_s,p50_ms,p90_ms,p99_ms,p999_ms,max_ms";
+const CLASS_HEADER: &str = "class,ok,rejected,ambivalent,errors,throughput_ops_s,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,\
+                            reject_ops_s,reject_p50_ms,reject_p99_ms";
 
 fn class_csv(c: &crate::stats::ClassSummary) -> String {
     format!(
-        "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
+        "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
         c.class,
         c.ok,
         c.rejected,
@@ -45,7 +46,10 @@ fn class_csv(c: &crate::stats::ClassSummary) -> String {
         c.p90_ms,
         c.p99_ms,
         c.p999_ms,
-        c.max_ms
+        c.max_ms,
+        c.reject_throughput,
+        c.reject_p50_ms,
+        c.reject_p99_ms
     )
 }
 
@@ -273,6 +277,9 @@ mod tests {
             p99_ms: p99,
             p999_ms: p99,
             max_ms: p99,
+            reject_throughput: 0.0,
+            reject_p50_ms: 0.0,
+            reject_p99_ms: 0.0,
         };
         RunRecord {
             target: target.into(),

@@ -35,6 +35,9 @@ pub enum Completion {
 pub struct ClassStats {
     /// Latency of the operations that succeeded.
     pub hist: Histogram<u64>,
+    /// Latency of the rejected operations (definitive and ambivalent): how fast a client
+    /// learns that it was refused.
+    pub reject_hist: Histogram<u64>,
     pub rejected: u64,
     pub ambivalent: u64,
     pub errors: u64,
@@ -42,14 +45,21 @@ pub struct ClassStats {
 
 impl ClassStats {
     fn new(sigfig: u8) -> ClassStats {
-        ClassStats { hist: histogram(sigfig), rejected: 0, ambivalent: 0, errors: 0 }
+        ClassStats { hist: histogram(sigfig), reject_hist: histogram(sigfig), rejected: 0, ambivalent: 0, errors: 0 }
     }
 
     fn record(&mut self, latency: Duration, completion: Completion) {
+        let us = (latency.as_micros() as u64).max(1);
         match completion {
-            Completion::Ok => self.hist.saturating_record((latency.as_micros() as u64).max(1)),
-            Completion::Rejected => self.rejected += 1,
-            Completion::Ambivalent => self.ambivalent += 1,
+            Completion::Ok => self.hist.saturating_record(us),
+            Completion::Rejected => {
+                self.rejected += 1;
+                self.reject_hist.saturating_record(us);
+            }
+            Completion::Ambivalent => {
+                self.ambivalent += 1;
+                self.reject_hist.saturating_record(us);
+            }
             Completion::Error => self.errors += 1,
         }
     }
@@ -189,6 +199,7 @@ fn merge(classes: &[ClassStats]) -> ClassStats {
     let mut all = ClassStats::new(classes[0].hist.sigfig());
     for c in classes {
         all.hist.add(&c.hist).expect("same bounds");
+        all.reject_hist.add(&c.reject_hist).expect("same bounds");
         all.rejected += c.rejected;
         all.ambivalent += c.ambivalent;
         all.errors += c.errors;
@@ -213,11 +224,23 @@ pub struct ClassSummary {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+    /// Rejected operations (definitive and ambivalent) per second, and how long a client
+    /// waited to learn of the rejection.
+    pub reject_throughput: f64,
+    pub reject_p50_ms: f64,
+    pub reject_p99_ms: f64,
 }
 
 impl ClassSummary {
     fn of(name: &str, s: &ClassStats, secs: f64) -> ClassSummary {
         let q = |q: f64| if s.hist.is_empty() { 0.0 } else { s.hist.value_at_quantile(q) as f64 / 1000.0 };
+        let rq = |q: f64| {
+            if s.reject_hist.is_empty() {
+                0.0
+            } else {
+                s.reject_hist.value_at_quantile(q) as f64 / 1000.0
+            }
+        };
         ClassSummary {
             class: name.to_string(),
             ok: s.ok(),
@@ -230,6 +253,9 @@ impl ClassSummary {
             p99_ms: q(0.99),
             p999_ms: q(0.999),
             max_ms: if s.hist.is_empty() { 0.0 } else { s.hist.max() as f64 / 1000.0 },
+            reject_throughput: s.reject_hist.len() as f64 / secs,
+            reject_p50_ms: rq(0.5),
+            reject_p99_ms: rq(0.99),
         }
     }
 }
@@ -295,6 +321,12 @@ mod tests {
         let all = s.all();
         assert_eq!((all.ok, all.rejected, all.errors), (1001, 1, 1));
         assert!((all.max_ms - 50.0).abs() < 0.1);
+        // Rejections have their own latency (1 ms each) and rate; the success latency and
+        // goodput do not include them.
+        assert!((write.reject_p50_ms - 1.0).abs() < 0.01, "{write:?}");
+        assert!((write.reject_throughput - 1.5).abs() < 1e-9, "3 rejects in 2 s: {write:?}");
+        assert!((write.p50_ms - 50.0).abs() < 0.1, "{write:?}");
+        assert_eq!(read.reject_throughput, 0.0);
     }
 
     #[test]

@@ -231,6 +231,11 @@ fn finished(active: &mut bool, cx: &mut ClientCtx<'_>, reply: &Reply) -> bool {
 #[derive(Clone, Debug)]
 pub struct LeaderPolicy {
     times: RetryTimes,
+    /// Give up on a `Rejected` answer instead of retrying (Paxos-LBR's clients, IDEM §3.3:
+    /// the leader's reject means "overloaded, back off"). The outcome is ambivalent: only the
+    /// replica that answered decided, and an earlier send of the same request may have
+    /// reached another leader.
+    give_up_on_reject: bool,
     /// Where requests go: the last known leader.
     target: Option<NodeId>,
     /// Redirects followed for the current request without an answer (a stale hint can
@@ -242,7 +247,13 @@ pub struct LeaderPolicy {
 
 impl LeaderPolicy {
     pub fn new(times: RetryTimes) -> Self {
-        LeaderPolicy { times, target: None, redirects: 0, active: false }
+        LeaderPolicy { times, target: None, redirects: 0, active: false, give_up_on_reject: false }
+    }
+
+    /// A leader policy that reports a `Rejected` answer to the caller (ambivalent) instead of
+    /// retrying it.
+    pub fn giving_up_on_reject(times: RetryTimes) -> Self {
+        LeaderPolicy { give_up_on_reject: true, ..LeaderPolicy::new(times) }
     }
 
     /// The replica requests currently go to.
@@ -295,6 +306,12 @@ impl ClientPolicy for LeaderPolicy {
                 if let Some(next) = cx.next_after(reply.from) {
                     self.send_later(cx, next);
                 }
+            }
+            ReplyBody::Rejected { reason } if self.give_up_on_reject => {
+                self.active = false;
+                cx.cancel_timer(ATTEMPT_TIMER);
+                cx.cancel_timer(RESEND_TIMER);
+                cx.finish(Outcome::Rejected { definitive: false, reason });
             }
             ReplyBody::Rejected { .. } => self.send_later(cx, reply.from),
             // Speculative replies are not final for a leader-based protocol.
@@ -437,6 +454,26 @@ mod tests {
         assert!(a.contains(&ClientAction::Finish(Outcome::Done(OpResult::Done))));
         let a = step(&members, 1, &mut rng, |cx| p.begin(cx, &cmd()));
         assert_eq!(sends(&a), vec![3], "the next request goes to the leader found");
+    }
+
+    #[test]
+    fn a_leader_policy_retries_a_reject_unless_it_gives_up_on_rejects() {
+        let members = [1, 2, 3];
+        let mut rng = crate::rng_from_seed(3);
+        let rejected = || reply(2, ReplyBody::Rejected { reason: "overloaded".into() });
+        let mut p = LeaderPolicy::new(RetryTimes::default());
+        step(&members, 1, &mut rng, |cx| p.begin(cx, &cmd()));
+        let a = step(&members, 1, &mut rng, |cx| p.on_reply(cx, rejected()));
+        assert!(a.iter().any(|x| matches!(x, ClientAction::SetTimer { id: RESEND_TIMER, .. })), "retried later");
+        assert!(!a.iter().any(|x| matches!(x, ClientAction::Finish(_))));
+        let mut p = LeaderPolicy::giving_up_on_reject(RetryTimes::default());
+        step(&members, 1, &mut rng, |cx| p.begin(cx, &cmd()));
+        let a = step(&members, 1, &mut rng, |cx| p.on_reply(cx, rejected()));
+        let ambivalent = Outcome::Rejected { definitive: false, reason: "overloaded".into() };
+        assert!(a.contains(&ClientAction::Finish(ambivalent)), "{a:?}");
+        assert!(a.contains(&ClientAction::CancelTimer { id: ATTEMPT_TIMER }));
+        let a = step(&members, 1, &mut rng, |cx| p.on_reply(cx, reply(2, ReplyBody::Done(OpResult::Done))));
+        assert!(a.is_empty(), "nothing after the request finished");
     }
 
     #[test]

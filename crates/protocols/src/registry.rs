@@ -109,10 +109,7 @@ static REGISTRY: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "idem",
         description: "IDEM: every replica runs an acceptance test (reject threshold, active queue management) and rejects early; the leader orders requests f+1 replicas accepted; forwarding, rejected cache, fetch, implicit GC (options reject_threshold, admission, forward_ms, relay)",
-        // IdemPolicy (idem::policy, multicast to all, §5.3) is not the default yet: with the
-        // simulator hosting it, 5 replicas at seed 1000907 end in a liveness failure (followers
-        // stop REQUIREing to the leader). Clients send to one replica, which relays (§5.2).
-        client: home_policy,
+        client: crate::idem::policy::client,
         order: Order::Total,
         tolerates: minority,
         build: crate::idem::build,
@@ -120,7 +117,7 @@ static REGISTRY: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "idem-nopr",
         description: "IDEM without proactive rejection (the paper's IDEM_noPR ablation)",
-        client: home_policy,
+        client: crate::idem::policy::client,
         order: Order::Total,
         tolerates: minority,
         build: crate::idem::build_nopr,
@@ -128,7 +125,7 @@ static REGISTRY: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "idem-noaqm",
         description: "IDEM with tail drop only, no active queue management (the paper's ablation)",
-        client: home_policy,
+        client: crate::idem::policy::client,
         order: Order::Total,
         tolerates: minority,
         build: crate::idem::build_noaqm,
@@ -136,7 +133,7 @@ static REGISTRY: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "paxos-lbr",
         description: "MultiPaxos with leader-based rejection (IDEM's baseline): the leader runs the acceptance test; options reject_threshold, admission",
-        client: leader_policy,
+        client: crate::layers::lbr::client,
         order: Order::Total,
         tolerates: minority,
         build: crate::layers::lbr::build,

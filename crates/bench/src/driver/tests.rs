@@ -223,3 +223,19 @@ async fn load_inserts_every_record_once() {
     assert_eq!(failed, 0);
     assert_eq!(f.executed.load(Ordering::SeqCst), 1000);
 }
+
+#[test]
+fn a_rejected_client_backs_off_in_its_range() {
+    let ms = Duration::from_millis;
+    let pause = Pause { think: ms(1), backoff: Some((ms(50), ms(100))) };
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    assert_eq!(pause.after(Completion::Ok, &mut rng), ms(1), "no back-off after a success");
+    assert_eq!(pause.after(Completion::Error, &mut rng), ms(1), "nor after an error");
+    let waits: Vec<Duration> = (0..200)
+        .map(|i| pause.after(if i % 2 == 0 { Completion::Rejected } else { Completion::Ambivalent }, &mut rng))
+        .collect();
+    assert!(waits.iter().all(|w| *w >= ms(51) && *w <= ms(101)), "{waits:?}");
+    assert!(waits.iter().any(|w| *w < ms(70)) && waits.iter().any(|w| *w > ms(80)), "spread over the range");
+    let none = Pause { think: Duration::ZERO, backoff: None };
+    assert_eq!(none.after(Completion::Rejected, &mut rng), Duration::ZERO);
+}

@@ -239,6 +239,9 @@ mod tests {
                 p99_ms: 2.0,
                 p999_ms: 2.0,
                 max_ms: 2.0,
+                reject_throughput: 0.0,
+                reject_p50_ms: 0.0,
+                reject_p99_ms: 0.0,
             }],
         }
     }

@@ -60,7 +60,7 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
         data_dir: Some(cluster_dir.clone()),
         in_memory: s.in_memory,
         fsync: s.fsync,
-        ports: Ports::Free,
+        ports: s.base_port.map_or(Ports::Free, Ports::Base),
         log_level: s.log_level.clone(),
         params: v.params.clone(),
         server_exe: s.server_exe.clone(),

@@ -240,6 +240,8 @@ pub struct Scenario {
     /// The synod executable the replicas run (not from the file; see
     /// [`crate::cluster::Spec::server_exe`]). None: the running executable.
     pub server_exe: Option<PathBuf>,
+    /// Ports from this base ([`crate::cluster::Ports::Base`]); None: ports the OS hands out.
+    pub base_port: Option<u16>,
 }
 
 /// `synod bench` options a scenario sets itself.
@@ -551,6 +553,7 @@ impl Scenario {
             load: Load { rate, calibrate, calibrate_clients },
             schedule,
             server_exe: None,
+            base_port: None,
         })
     }
 

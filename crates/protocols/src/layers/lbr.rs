@@ -16,6 +16,13 @@ use crate::registry::Setup;
 use std::collections::BTreeMap;
 use synod_core::{ClientRef, Command, Ctx, Protocol, ReplyBody, RequestMeta, Role};
 
+/// The registry's client policy for `paxos-lbr`: to the leader like MultiPaxos's, but a
+/// client gives up on the leader's reject (and backs off, in the bench) rather than retrying
+/// it, as the paper's Paxos-LBR clients do.
+pub fn client(cfg: &synod_core::client_policy::ClientConfig) -> Box<dyn synod_core::ClientPolicy> {
+    Box::new(synod_core::client_policy::LeaderPolicy::giving_up_on_reject(cfg.retry.clone()))
+}
+
 /// Registry constructor for `paxos-lbr`.
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
     let cfg = AdmissionConfig::from_params(&setup.params, Mode::Aqm)?;

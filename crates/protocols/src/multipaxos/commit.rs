@@ -129,8 +129,18 @@ impl MultiPaxos {
                 // Fig. 2: "E still answers the heartbeat from Leader B", so E never starts
                 // an election). The stale leader learns of the higher ballot only when an
                 // Accept of its own is rejected.
+                //
+                // So the failure detector's leader is also where this replica sends work
+                // (clients redirected here, a layer's messages to the leader such as IDEM's
+                // REQUIREs), not the candidate it promised, which never led (it gave up or
+                // is cut off): otherwise nothing reaches the stale leader, it never proposes,
+                // never learns of the higher ballot, and nobody campaigns again (found by the
+                // simulator: idem, 5 replicas, seed 1000907 — followers that promised an
+                // abandoned candidate's ballot sent their REQUIREs to it, the stale leader
+                // never gathered f + 1 and the cluster stalled). Idle, nothing changes.
                 self.reset_election_timer(ctx);
                 self.heard_leader(ctx.now, from);
+                self.leader = Some(from);
             }
             return false;
         }

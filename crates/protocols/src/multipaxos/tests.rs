@@ -234,3 +234,42 @@ fn a_far_behind_candidate_gets_behind_instead_of_the_backlog_and_catches_up() {
     assert!(biggest_promise.get() <= 8 + 64, "promises stay within a chunk and a window");
     net.assert_agreement();
 }
+
+#[test]
+fn followers_of_a_stale_leader_send_work_to_it_not_to_an_abandoned_candidate() {
+    // 5 nodes, leader L. Three followers promise a higher ballot of candidate C, whose
+    // campaign goes nowhere (C never hears the promises). L keeps heartbeating with its old
+    // ballot: the baseline failure detector keeps the followers quiet (no election while
+    // idle), so they must send work to L — redirected clients, a layer's messages such as
+    // IDEM's REQUIREs — not to C, which never leads: otherwise nothing reaches L, it never
+    // learns of the higher ballot, and the cluster stalls (simulator: idem, 5 replicas,
+    // seed 1000907).
+    let mut net = net(5);
+    let l = elect(&mut net);
+    let others: Vec<NodeId> = (1..=5).filter(|&i| i != l).collect();
+    let (c, promisers) = (others[0], &others[1..]);
+    net.drop = Box::new(|_, _, m| matches!(decode::<Msg>(m), Ok(Msg::Promise { .. })));
+    let ballot = Ballot::new(1000, c);
+    let prepare = encode(&Msg::Prepare { ballot, from_slot: 1 });
+    for &p in promisers {
+        net.event(p, Event::Message { from: c, sent_at: net.now, msg: prepare.clone() });
+        assert_eq!(net.node(p).p.status().leader, Some(c), "n{p} promised the candidate");
+    }
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_millis(300));
+    for &p in promisers {
+        let s = net.node(p).p.status();
+        assert_eq!(s.ballot, ballot.to_string(), "n{p} keeps its promise");
+        assert_eq!(s.leader, Some(l), "n{p} follows the live (stale) leader");
+    }
+    assert_eq!(net.leader(), Some(l), "idle: no election (the baseline's detector)");
+    // A client at a promiser is sent to L; L's Accept is refused by the promisers, L steps
+    // down and the cluster elects a leader above the candidate's ballot, which serves.
+    net.request(promisers[0], 9, 1, put("k", "v"));
+    assert_eq!(net.reply_for(9, 1), Some(&ReplyBody::NotLeader { leader: Some(l) }));
+    net.request(l, 9, 1, put("k", "v"));
+    net.run_for(Duration::from_secs(3));
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("a leader after the stale one steps down");
+    net.request(l2, 9, 2, put("k", "w"));
+    assert_eq!(net.reply_for(9, 2), Some(&DONE));
+}

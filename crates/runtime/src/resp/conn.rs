@@ -486,8 +486,11 @@ impl Conn<'_> {
                 }
             }
             Outcome::Invalid(reason) => RespValue::err(format!("ERR {reason}")),
+            // Overload (IDEM: every replica rejected it): a distinct error code that Redis
+            // clients treat as transient (`BUSY`, like a server busy with a script), so the
+            // caller backs off and retries; nothing was applied.
             Outcome::Rejected { definitive: true, reason } => {
-                RespValue::err(format!("ERR rejected: {reason}; nothing was applied"))
+                RespValue::err(format!("BUSY rejected: {reason}; nothing was applied, retry later"))
             }
             Outcome::Rejected { definitive: false, reason } => {
                 RespValue::err(format!("TRYAGAIN rejected: {reason}; the command may or may not have been applied"))
