@@ -31,7 +31,7 @@
 //!    fewer replicas reachable it waits: the loss of availability the paper describes.
 
 use super::msg::{Entry, Msg, Payload, Record};
-use super::{Raft, Recovery};
+use super::Raft;
 use synod_core::{Ctx, NodeId, Role};
 
 /// Most entries asked for in one `Gather`.

@@ -121,7 +121,7 @@ struct Progress {
     fill_sent: Option<Time>,
 }
 
-/// CRaft §: a new leader holding only shards of some entries gathers its followers' pieces
+/// CRaft: a new leader holding only shards of some entries gathers its followers' pieces
 /// before it leads: it rebuilds each entry from `d` shards (or a full copy), or drops it and
 /// everything after it once `n + d − q` replicas reported fewer (it cannot have committed).
 #[derive(Debug, Default)]
@@ -753,8 +753,10 @@ impl Raft {
             fulls.push(self.last_index());
             fulls.sort_unstable_by(|a, b| b.cmp(a));
             let safe = matches[q - 1].max(fulls[self.quorum() - 1]);
-            if let Some(&c) = self.coded.range(safe + 1..=n).next() {
-                n = c - 1;
+            if safe < n {
+                if let Some(&c) = self.coded.range(safe + 1..=n).next() {
+                    n = c - 1;
+                }
             }
         }
         // Only entries of the current term commit by counting replicas (§5.4.2).
