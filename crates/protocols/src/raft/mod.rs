@@ -911,10 +911,17 @@ impl Raft {
             return;
         }
         ctx.push(Action::InstallSnapshot { data: data.clone() });
+        // CRaft: a follower sent a snapshot past a shard it could not execute keeps the
+        // entries after it when its entry at the snapshot's index matches (§7).
+        let keep = self.codec.codes() && self.term_at(m.index) == Some(m.snap_term);
         self.snapshot = Some(Snapshot { index: m.index, term: m.snap_term, data });
-        self.log.reset_to(m.index + 1);
+        if keep {
+            self.log.skip_to(m.index + 1);
+        } else {
+            self.log.reset_to(m.index + 1);
+        }
         self.waiting.clear();
-        self.commit = m.index;
+        self.commit = if keep { self.commit.max(m.index) } else { m.index };
         self.rewrite_durable(ctx, false);
         ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
     }
