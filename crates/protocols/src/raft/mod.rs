@@ -942,6 +942,10 @@ impl Raft {
             pr.probing = false;
             pr.matched = pr.matched.max(index);
             pr.next = pr.matched + 1;
+            // CRaft: everything the snapshot covers is executed there, so held in full.
+            if pr.full_known {
+                pr.full = pr.full.max(index);
+            }
             self.maybe_commit(ctx);
         } else {
             pr.snapshot_offset = Some(offset);
