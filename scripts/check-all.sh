@@ -15,9 +15,6 @@ for p in $("$bin" protocols | awk '{print $1}'); do
   # lengthen every schedule).
   case "$p" in
     rspaxos) scale=50 ;;
-    # craft: coded entries stall while a follower is down until the switch (an election
-    # timeout); measured rate in results/2026-11-25-craft-sweep.
-    craft) scale=50 ;;
     *) scale=100 ;;
   esac
   s3=$((SEEDS * scale / 100)); s5=$((SEEDS5 * scale / 100))
