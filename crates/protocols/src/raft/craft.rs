@@ -183,7 +183,8 @@ impl Raft {
             .map(|(i, _)| i)
             .take(GATHER_MAX)
             .collect();
-        let reported: Vec<NodeId> = self.recovering.as_ref().map(|r| r.reports.keys().copied().collect()).unwrap_or_default();
+        let reported: Vec<NodeId> =
+            self.recovering.as_ref().map(|r| r.reports.keys().copied().collect()).unwrap_or_default();
         for p in self.peers().filter(|p| !reported.contains(p)).collect::<Vec<_>>() {
             ctx.send(p, &Msg::Gather { term: self.term, indices: indices.clone() });
         }

@@ -188,12 +188,7 @@ impl Raft {
         Raft::with_codec(setup, name, plus, Box::new(FullCopy))
     }
 
-    fn with_codec(
-        setup: &Setup,
-        name: &'static str,
-        plus: bool,
-        codec: Box<dyn EntryCodec>,
-    ) -> Result<Raft, String> {
+    fn with_codec(setup: &Setup, name: &'static str, plus: bool, codec: Box<dyn EntryCodec>) -> Result<Raft, String> {
         let p = &setup.params;
         p.validate()?;
         p.check_options(name, &["prevote", "check_quorum"])?;
@@ -576,7 +571,8 @@ impl Raft {
         let window = if pr.probing { 1 } else { self.params.pipeline_window };
         while pr.next <= last && pr.in_flight < window {
             let to_index = last.min(pr.next + self.params.catchup_chunk as u64 - 1);
-            let entries: Vec<Entry> = self.log.range(pr.next, to_index).map(|(i, s)| self.piece(i, &s.value, to)).collect();
+            let entries: Vec<Entry> =
+                self.log.range(pr.next, to_index).map(|(i, s)| self.piece(i, &s.value, to)).collect();
             let prev_index = pr.next - 1;
             let prev_term = self.term_at(prev_index).unwrap_or(0);
             pr.probe_prev = prev_index;
