@@ -124,10 +124,13 @@ struct Progress {
 /// CRaft: a new leader holding only shards of some entries gathers its followers' pieces
 /// before it leads: it rebuilds each entry from `d` shards (or a full copy), or drops it and
 /// everything after it once `n + d − q` replicas reported fewer (it cannot have committed).
+/// One follower's answer to `Gather`: the indices asked, and the entries it holds there.
+type Report = (Vec<u64>, Vec<(u64, Entry)>);
+
 #[derive(Debug, Default)]
 struct Recovery {
     /// What each follower reported: the indices it was asked and the entries it holds there.
-    reports: BTreeMap<NodeId, (Vec<u64>, Vec<(u64, Entry)>)>,
+    reports: BTreeMap<NodeId, Report>,
 }
 
 pub struct Raft {
