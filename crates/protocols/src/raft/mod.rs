@@ -25,13 +25,16 @@
 //!    and the durable state is rewritten as hard state + snapshot + log suffix. A follower that
 //!    needs a compacted entry receives the snapshot in chunks (InstallSnapshot).
 
+pub mod codec;
+mod craft;
 mod msg;
 
-pub use msg::{Batch, Entry, Msg, Record};
+pub use codec::{EntryCodec, FullCopy, ReedSolomon};
+pub use msg::{Batch, Entry, Msg, Payload, Record, Shard};
 
 use crate::registry::Setup;
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use synod_core::batch::{Batcher, Waiter};
 use synod_core::log::{InstanceLog, SlotState};
@@ -60,6 +63,31 @@ pub fn build_plus(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
     Ok(Box::new(Raft::new(setup, "raft+", true)?))
 }
 
+/// `craft`: CRaft (Wang et al., FAST 2020) — Raft with Reed–Solomon coded entries (one shard
+/// per server, `d = f + 1`) while every follower is healthy, full copies once one is silent.
+pub fn build_craft(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    Ok(Box::new(Raft::with_codec(setup, "craft", false, Box::new(ReedSolomon::default()))?))
+}
+
+/// Failures CRaft survives (one at a time, each after the switch to full copies of the
+/// previous completed, it survives `f`): a new leader must hear from `n + d − q` replicas to
+/// rebuild or drop the coded entries at the end of its log, so at most `q − d` may be down
+/// (`n = 3`: 1, `n = 5`: 1, `n = 7`: 2), and never more than a minority.
+pub fn craft_tolerates(n: usize) -> usize {
+    let q = ReedSolomon::quorum(n);
+    let d = ReedSolomon::data_shards(n);
+    (q - d).min(crate::registry::minority(n))
+}
+
+/// Deliberate bug for the mutation test: CRaft committing coded entries on a majority
+/// (`q + c = f + 2`, below `n + 1`), so two failures after a commit leave fewer than `d`
+/// shards and the next leader drops a committed entry.
+#[cfg(feature = "mutants")]
+pub fn build_craft_majority(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+    let codec = ReedSolomon { majority_quorum: true };
+    Ok(Box::new(Raft::with_codec(setup, "craft-majority-quorum", false, Box::new(codec))?))
+}
+
 /// Deliberate bug for the mutation test: grant votes without the up-to-date log check
 /// (§5.4.1), so a leader missing committed entries can be elected and overwrite them.
 #[cfg(feature = "mutants")]
@@ -85,6 +113,24 @@ struct Progress {
     probing: bool,
     /// `prev_index` of the outstanding probe; rejections of anything else are stale.
     probe_prev: u64,
+    /// CRaft: the follower holds every entry up to here in full (as it last reported;
+    /// counts only up to `matched`, where its log is known to match ours).
+    full: u64,
+    full_known: bool,
+    /// CRaft: when the outstanding `Fill` left.
+    fill_sent: Option<Time>,
+}
+
+/// CRaft: a new leader holding only shards of some entries gathers its followers' pieces
+/// before it leads: it rebuilds each entry from `d` shards (or a full copy), or drops it and
+/// everything after it once `n + d − q` replicas reported fewer (it cannot have committed).
+/// One follower's answer to `Gather`: the indices asked, and the entries it holds there.
+type Report = (Vec<u64>, Vec<(u64, Entry)>);
+
+#[derive(Debug, Default)]
+struct Recovery {
+    /// What each follower reported: the indices it was asked and the entries it holds there.
+    reports: BTreeMap<NodeId, Report>,
 }
 
 pub struct Raft {
@@ -96,6 +142,8 @@ pub struct Raft {
     check_quorum: bool,
     skip_log_check: bool,
     policy: SnapshotPolicy,
+    /// What an entry becomes on its way to each follower (Raft: full copies; CRaft: shards).
+    codec: Box<dyn EntryCodec>,
 
     // Persistent state (Fig. 2).
     term: u64,
@@ -117,6 +165,15 @@ pub struct Raft {
 
     // Leader state.
     progress: BTreeMap<NodeId, Progress>,
+    /// CRaft: uncommitted entries under the coded commit rule (sent as shards in this term,
+    /// or recovered from an earlier term), and the shards of those sent coded.
+    coded: BTreeSet<u64>,
+    pieces: BTreeMap<u64, Vec<Shard>>,
+    /// CRaft: some follower was silent for an election timeout — new entries go out in full
+    /// and coded ones are re-replicated in full.
+    degraded: bool,
+    /// CRaft: a new leader gathering shards (it neither appends nor replicates meanwhile).
+    recovering: Option<Recovery>,
     queue: Batcher,
     waiting: BTreeMap<u64, Vec<Option<Waiter>>>,
 
@@ -131,6 +188,10 @@ pub struct Raft {
 
 impl Raft {
     fn new(setup: &Setup, name: &'static str, plus: bool) -> Result<Raft, String> {
+        Raft::with_codec(setup, name, plus, Box::new(FullCopy))
+    }
+
+    fn with_codec(setup: &Setup, name: &'static str, plus: bool, codec: Box<dyn EntryCodec>) -> Result<Raft, String> {
         let p = &setup.params;
         p.validate()?;
         p.check_options(name, &["prevote", "check_quorum"])?;
@@ -146,6 +207,7 @@ impl Raft {
             check_quorum: p.flag("check_quorum", plus)?,
             skip_log_check: false,
             policy: SnapshotPolicy::from_params(p),
+            codec,
             term: 0,
             voted_for: None,
             log: InstanceLog::new(),
@@ -159,6 +221,10 @@ impl Raft {
             pre_candidate: false,
             broken: None,
             progress: BTreeMap::new(),
+            coded: BTreeSet::new(),
+            pieces: BTreeMap::new(),
+            degraded: false,
+            recovering: None,
             queue: Batcher::new(),
             waiting: BTreeMap::new(),
             snapshot_pending: None,
@@ -338,6 +404,10 @@ impl Raft {
         self.pre_candidate = false;
         self.leader = leader;
         self.progress.clear();
+        self.coded.clear();
+        self.pieces.clear();
+        self.degraded = false;
+        self.recovering = None;
         if was_leader {
             ctx.cancel_timer(TIMER_HEARTBEAT);
         }
@@ -368,10 +438,30 @@ impl Raft {
                         snapshot_offset: None,
                         probing: true,
                         probe_prev: next - 1,
+                        full: 0,
+                        full_known: false,
+                        fill_sent: None,
                     },
                 )
             })
             .collect();
+        if self.codec.codes() && self.first_partial().is_some() {
+            // CRaft: rebuild the entries we hold only shards of before leading.
+            self.recovering = Some(Recovery::default());
+            self.gather(ctx);
+            ctx.set_timer(TIMER_ELECTION, self.election_timeout_min());
+            self.on_heartbeat_timer(ctx);
+            return;
+        }
+        self.start_leading(ctx);
+    }
+
+    fn start_leading(&mut self, ctx: &mut Ctx<'_>) {
+        if self.codec.codes() {
+            // Earlier-term entries not known committed: the coded commit rule (their
+            // followers may hold shards only).
+            self.coded = (self.commit + 1..=self.last_index()).collect();
+        }
         // A no-op of the new term lets earlier-term entries commit (§5.4.2, §8).
         self.append(ctx, Vec::new(), Vec::new());
         ctx.set_timer(TIMER_ELECTION, self.election_timeout_min());
@@ -416,7 +506,7 @@ impl Raft {
     /// Append queued requests as new entries while fewer than `pipeline_window` entries are
     /// uncommitted (adaptive batching: the rest waits and goes out in larger batches).
     fn propose_queued(&mut self, ctx: &mut Ctx<'_>) {
-        if self.role != Role::Leader {
+        if self.role != Role::Leader || self.recovering.is_some() {
             return;
         }
         let mut appended = false;
@@ -441,7 +531,13 @@ impl Raft {
 
     fn append_local(&mut self, ctx: &mut Ctx<'_>, value: Batch, waiters: Vec<Option<Waiter>>) {
         let index = self.last_index() + 1;
-        let entry = Entry { term: self.term, value };
+        if self.codec.codes() && !self.degraded {
+            if let Some(shards) = self.codec.split(&value, &self.members) {
+                self.coded.insert(index);
+                self.pieces.insert(index, shards);
+            }
+        }
+        let entry = Entry::full(self.term, value);
         self.log.set(index, entry.clone(), SlotState::InProgress);
         // Persisted before the AppendEntries that carry it leave (driver contract), so the
         // leader counts itself in the match quorum.
@@ -460,7 +556,11 @@ impl Raft {
     }
 
     fn send_to(&mut self, ctx: &mut Ctx<'_>, to: NodeId, heartbeat: bool) {
-        let last = self.last_index();
+        // A recovering CRaft leader sends nothing it holds only shards of.
+        let last = match (&self.recovering, self.first_partial()) {
+            (Some(_), Some(p)) => self.last_index().min(p - 1),
+            _ => self.last_index(),
+        };
         let first = self.log.first_index();
         let Some(pr) = self.progress.get(&to).cloned() else { return };
         // The entry before `next` was compacted away (its term is unknown): only a snapshot
@@ -474,7 +574,8 @@ impl Raft {
         let window = if pr.probing { 1 } else { self.params.pipeline_window };
         while pr.next <= last && pr.in_flight < window {
             let to_index = last.min(pr.next + self.params.catchup_chunk as u64 - 1);
-            let entries: Vec<Entry> = self.log.range(pr.next, to_index).map(|(_, s)| s.value.clone()).collect();
+            let entries: Vec<Entry> =
+                self.log.range(pr.next, to_index).map(|(i, s)| self.piece(i, &s.value, to)).collect();
             let prev_index = pr.next - 1;
             let prev_term = self.term_at(prev_index).unwrap_or(0);
             pr.probe_prev = prev_index;
@@ -521,6 +622,7 @@ impl Raft {
         for p in peers {
             self.send_to(ctx, p, true);
         }
+        self.craft_tick(ctx);
         self.persist_commit_marker(ctx);
         ctx.set_timer(TIMER_HEARTBEAT, self.params.heartbeat());
     }
@@ -572,7 +674,10 @@ impl Raft {
                     continue;
                 }
                 match self.term_at(index) {
-                    Some(t) if t == e.term => continue,
+                    Some(t) if t == e.term => {
+                        self.upgrade(ctx, index, e);
+                        continue;
+                    }
                     Some(_) => {
                         self.log.truncate_after(index - 1);
                         self.waiting.retain(|i, _| *i < index);
@@ -613,6 +718,7 @@ impl Raft {
             }
             pr.next = pr.next.max(pr.matched + 1);
             self.maybe_commit(ctx);
+            self.fill(ctx, from);
         } else {
             // Stale rejections (of an earlier window, or below what already matched) change
             // nothing; a fresh one backs up by the follower's hint and starts probing.
@@ -637,7 +743,21 @@ impl Raft {
         let mut matches: Vec<u64> = self.progress.values().map(|p| p.matched).collect();
         matches.push(self.last_index());
         matches.sort_unstable_by(|a, b| b.cmp(a));
-        let n = matches[self.quorum() - 1];
+        let mut n = matches[self.quorum() - 1];
+        if !self.coded.is_empty() {
+            // CRaft: a coded entry commits once `q` replicas hold a piece of it, or a
+            // majority holds it in full (after the switch to full copies).
+            let q = self.codec.coded_quorum(self.members.len()).min(matches.len());
+            let mut fulls: Vec<u64> = self.progress.values().map(|p| p.full.min(p.matched)).collect();
+            fulls.push(self.last_index());
+            fulls.sort_unstable_by(|a, b| b.cmp(a));
+            let safe = matches[q - 1].max(fulls[self.quorum() - 1]);
+            if safe < n {
+                if let Some(&c) = self.coded.range(safe + 1..=n).next() {
+                    n = c - 1;
+                }
+            }
+        }
         // Only entries of the current term commit by counting replicas (§5.4.2).
         if n > self.commit && self.term_at(n) == Some(self.term) {
             self.advance_commit(ctx, n);
@@ -651,13 +771,19 @@ impl Raft {
             self.log.mark_committed(i);
         }
         self.commit = self.commit.max(to);
+        if !self.coded.is_empty() {
+            self.coded = self.coded.split_off(&(self.commit + 1));
+            self.pieces = self.pieces.split_off(&(self.commit + 1));
+        }
         self.execute(ctx);
     }
 
     fn execute(&mut self, ctx: &mut Ctx<'_>) {
         while let Some((index, entry)) = self.log.next_to_execute() {
+            // CRaft: a shard cannot be executed; the leader's Fill brings the full copy.
+            let Payload::Full(batch) = &entry.value else { break };
             let waiters = self.waiting.remove(&index).unwrap_or_default();
-            for (i, cmd) in entry.value.iter().enumerate() {
+            for (i, cmd) in batch.iter().enumerate() {
                 ctx.apply(Pos::slot(index, i as u32), cmd.clone(), Waiter::matching(waiters.get(i), cmd));
             }
             self.log.advance_exec();
@@ -767,7 +893,7 @@ impl Raft {
         }
         self.last_leader_contact = Some(ctx.now);
         self.reset_election_timer(ctx);
-        if m.index <= self.commit {
+        if m.index <= self.log.executed_upto() {
             // Already have everything it covers.
             ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
             return;
@@ -784,10 +910,17 @@ impl Raft {
             return;
         }
         ctx.push(Action::InstallSnapshot { data: data.clone() });
+        // CRaft: a follower sent a snapshot past a shard it could not execute keeps the
+        // entries after it when its entry at the snapshot's index matches (§7).
+        let keep = self.codec.codes() && self.term_at(m.index) == Some(m.snap_term);
         self.snapshot = Some(Snapshot { index: m.index, term: m.snap_term, data });
-        self.log.reset_to(m.index + 1);
+        if keep {
+            self.log.skip_to(m.index + 1);
+        } else {
+            self.log.reset_to(m.index + 1);
+        }
         self.waiting.clear();
-        self.commit = m.index;
+        self.commit = if keep { self.commit.max(m.index) } else { m.index };
         self.rewrite_durable(ctx, false);
         ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
     }
@@ -808,6 +941,10 @@ impl Raft {
             pr.probing = false;
             pr.matched = pr.matched.max(index);
             pr.next = pr.matched + 1;
+            // CRaft: everything the snapshot covers is executed there, so held in full.
+            if pr.full_known {
+                pr.full = pr.full.max(index);
+            }
             self.maybe_commit(ctx);
         } else {
             pr.snapshot_offset = Some(offset);
@@ -854,6 +991,13 @@ impl Protocol for Raft {
                     }
                 }
                 Ok(Record::Commit(c)) => commit = commit.max(c),
+                Ok(Record::Full { index, entry }) => {
+                    if let Some(slot) = self.log.get_mut(index) {
+                        if slot.value.term == entry.term {
+                            slot.value = entry;
+                        }
+                    }
+                }
                 Ok(Record::Snapshot { index, term, data }) => {
                     ctx.push(Action::InstallSnapshot { data: data.clone() });
                     self.snapshot = Some(Snapshot { index, term, data });
@@ -908,6 +1052,10 @@ impl Protocol for Raft {
                     Msg::SnapshotResp { term, index, offset, done } => {
                         self.on_snapshot_resp(ctx, from, term, index, offset, done)
                     }
+                    Msg::Fill { term, entries } => self.on_fill(ctx, from, term, entries),
+                    Msg::FillResp { term, full } => self.on_fill_resp(ctx, from, term, full),
+                    Msg::Gather { term, indices } => self.on_gather(ctx, from, term, indices),
+                    Msg::Gathered { term, asked, entries } => self.on_gathered(ctx, from, term, asked, entries),
                 }
             }
             Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
@@ -937,6 +1085,12 @@ impl Protocol for Raft {
         extra.insert("queued".into(), self.queue.len().to_string());
         extra.insert("prevote".into(), self.prevote.to_string());
         extra.insert("check_quorum".into(), self.check_quorum.to_string());
+        if self.codec.codes() {
+            extra.insert("coded_uncommitted".into(), self.coded.len().to_string());
+            extra.insert("degraded".into(), self.degraded.to_string());
+            extra.insert("recovering".into(), self.recovering.is_some().to_string());
+            extra.insert("full_upto".into(), self.full_upto().to_string());
+        }
         if let Some(s) = &self.snapshot {
             extra.insert("snapshot_index".into(), s.index.to_string());
             extra.insert("snapshot_bytes".into(), s.data.len().to_string());
@@ -959,7 +1113,29 @@ impl Protocol for Raft {
     fn describe_message(&self, msg: &[u8]) -> String {
         match decode::<Msg>(msg) {
             Ok(Msg::Append { term, prev_index, prev_term, entries, commit }) => {
-                format!("Append t={term} prev={prev_index}/{prev_term} entries={} commit={commit}", entries.len())
+                let shards = entries.iter().filter(|e| e.is_partial()).count();
+                if shards == 0 {
+                    format!("Append t={term} prev={prev_index}/{prev_term} entries={} commit={commit}", entries.len())
+                } else {
+                    format!(
+                        "Append t={term} prev={prev_index}/{prev_term} entries={} ({shards} coded) commit={commit}",
+                        entries.len()
+                    )
+                }
+            }
+            Ok(Msg::Fill { term, entries }) => {
+                let idx: Vec<u64> = entries.iter().map(|(i, _)| *i).collect();
+                format!("Fill t={term} {idx:?}")
+            }
+            Ok(Msg::Gathered { term, asked, entries }) => {
+                let held: Vec<String> = entries
+                    .iter()
+                    .map(|(i, e)| match &e.value {
+                        Payload::Full(_) => format!("{i}:full"),
+                        Payload::Shard(s) => format!("{i}:shard{}", s.index),
+                    })
+                    .collect();
+                format!("Gathered t={term} asked={asked:?} held={held:?}")
             }
             Ok(Msg::Snapshot { term, index, offset, total, .. }) => {
                 format!("Snapshot t={term} index={index} {offset}/{total}")

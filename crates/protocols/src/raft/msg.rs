@@ -11,7 +11,39 @@ pub type Batch = Vec<Command>;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub term: u64,
-    pub value: Batch,
+    pub value: Payload,
+}
+
+impl Entry {
+    pub fn full(term: u64, batch: Batch) -> Entry {
+        Entry { term, value: Payload::Full(batch) }
+    }
+
+    /// Whether this replica holds only a piece of the entry (CRaft) and cannot execute it.
+    pub fn is_partial(&self) -> bool {
+        matches!(self.value, Payload::Shard(_))
+    }
+}
+
+/// What a replica holds of an entry: the batch, or (CRaft) one shard of its codeword.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Payload {
+    Full(Batch),
+    Shard(Shard),
+}
+
+/// One Reed–Solomon shard of an entry's batch (its postcard bytes, `len` long, coded into
+/// `n` shards of which any `d` rebuild it). Pieces of one entry are those with the same
+/// log index and term (one leader per term appends once per index).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub n: u16,
+    pub d: u16,
+    pub len: u32,
+    /// Commands in the batch (for traces and status).
+    pub cmds: u32,
+    pub index: u16,
+    pub bytes: Bytes,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +97,28 @@ pub enum Msg {
         offset: u64,
         done: bool,
     },
+    /// CRaft: full copies of entries (index, entry) the follower may hold as a shard only
+    /// (it replaces a shard of the same index and term, and persists it); empty = a probe.
+    Fill {
+        term: u64,
+        entries: Vec<(u64, Entry)>,
+    },
+    /// The follower holds every entry up to `full` in full.
+    FillResp {
+        term: u64,
+        full: u64,
+    },
+    /// CRaft: a new leader asks for what its followers hold of these entries.
+    Gather {
+        term: u64,
+        indices: Vec<u64>,
+    },
+    /// The follower's entries at the asked indices (those it has; full or shard).
+    Gathered {
+        term: u64,
+        asked: Vec<u64>,
+        entries: Vec<(u64, Entry)>,
+    },
 }
 
 /// What Raft persists, replayed in order on restart.
@@ -78,4 +132,7 @@ pub enum Record {
     Commit(u64),
     /// A snapshot of the state machine covering the log up to `index` (term `term`).
     Snapshot { index: u64, term: u64, data: Bytes },
+    /// CRaft: the full copy of the entry at `index` replaces the shard held there (same
+    /// term); nothing after it changes.
+    Full { index: u64, entry: Entry },
 }

@@ -247,3 +247,206 @@ fn options_are_validated() {
     assert_eq!(build(&s).unwrap().status().extra["prevote"], "true");
     assert!(is_msg(&encode(&Msg::Vote { term: 1, granted: true, pre_vote: false }), |m| matches!(m, Msg::Vote { .. })));
 }
+
+// ---------------------------------------------------------------------------------------------
+// CRaft (the Reed–Solomon entry codec): raft/craft.rs
+// ---------------------------------------------------------------------------------------------
+
+fn big(i: u64) -> String {
+    format!("{i}:{}", "y".repeat(2000 + i as usize))
+}
+
+fn extra(net: &Net, id: NodeId, key: &str) -> String {
+    net.node(id).p.status().extra.get(key).cloned().unwrap_or_default()
+}
+
+fn is_fill(m: &[u8]) -> bool {
+    is_msg(m, |m| matches!(m, Msg::Fill { .. }))
+}
+
+#[test]
+fn craft_sends_one_shard_per_follower_and_followers_execute_through_fills() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut net = Net::new(5, build_craft);
+    let l = elect(&mut net);
+    let (shards, fulls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s2, f2) = (shards.clone(), fulls.clone());
+    net.drop = Box::new(move |_, _, m| {
+        if let Ok(Msg::Append { entries, .. }) = decode::<Msg>(m) {
+            for e in entries {
+                match e.value {
+                    Payload::Shard(s) => {
+                        assert_eq!((s.n, s.d), (5, 3));
+                        s2.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Payload::Full(b) if !b.is_empty() => {
+                        f2.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Payload::Full(_) => {}
+                }
+            }
+        }
+        false
+    });
+    for i in 1..=10 {
+        net.request(l, 1, i, put(&format!("k{i}"), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_millis(500));
+    assert!(shards.load(Ordering::Relaxed) >= 40, "every follower got a shard of each entry");
+    assert_eq!(fulls.load(Ordering::Relaxed), 0, "no full copy on the critical path while healthy");
+    assert_eq!(extra(&net, l, "degraded"), "false");
+    for n in 1..=5 {
+        assert_eq!(net.executed(n), net.executed(l), "replica {n} executed after the fills");
+        assert_eq!(extra(&net, n, "full_upto"), extra(&net, n, "last_index"));
+    }
+    net.assert_agreement();
+}
+
+#[test]
+fn craft_switches_to_full_copies_and_then_survives_f_failures() {
+    let mut net = Net::new(5, build_craft);
+    let l = elect(&mut net);
+    for i in 1..=5 {
+        net.request(l, 1, i, put("a", &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    let followers: Vec<NodeId> = (1..=5).filter(|n| *n != l).collect();
+    // First failure: after an election timeout the leader is degraded and replicates in full.
+    net.crash(followers[0]);
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(extra(&net, l, "degraded"), "true");
+    for i in 6..=8 {
+        net.request(l, 1, i, put("a", &big(i)));
+        net.run_for(Duration::from_millis(100));
+        assert_eq!(net.reply_for(1, i), Some(&DONE), "commits on a majority of full copies");
+    }
+    for &f in &followers[1..] {
+        assert_eq!(extra(&net, f, "full_upto"), extra(&net, f, "last_index"), "follower {f} holds full copies");
+    }
+    // Second failure (the leader), after the switch completed: f = 2 are tolerated.
+    net.crash(l);
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("a new leader among the three");
+    net.request(l2, 2, 1, get("a"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(8))));
+    net.assert_agreement();
+}
+
+/// Crossword Fig. 2 with CRaft, and the window before the switch completes: the leader
+/// commits on four of five servers with one shard each (the message to the fifth is lost),
+/// and before the full copies reach anyone the leader and one follower fail. The three
+/// left elect a leader, which holds 2 of the d = 3 shards and needs n + d − q = 4 reports
+/// to rebuild or drop the entry: CRaft is unavailable until a failed server returns (the
+/// paper's claim); then it rebuilds the entry (no data is lost). Crossword, whose chooser
+/// falls back to full copies for the f = 2 failures, stays live in the same schedule.
+#[test]
+fn craft_fig2_two_failures_before_the_switch_completes() {
+    let mut net = Net::new(5, build_craft);
+    let l = elect(&mut net);
+    net.request(l, 1, 1, put("a", &big(1)));
+    assert_eq!(net.reply_for(1, 1), Some(&DONE));
+    let f: Vec<NodeId> = (1..=5).filter(|n| *n != l).collect();
+    let lost = f[3];
+    // The Append to `lost` is lost, and so are the fills (still in flight when S0, S1 fail).
+    net.drop = Box::new(move |_, to, m| to == lost || is_fill(m));
+    net.request(l, 1, 2, put("a", &big(2)));
+    assert_eq!(net.reply_for(1, 2), Some(&DONE), "committed on four of five with one shard each");
+    assert_eq!(extra(&net, l, "degraded"), "false");
+    net.crash(l);
+    net.crash(f[0]);
+    net.drop = Box::new(|_, _, _| false);
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("three of five elect a leader");
+    assert_eq!(extra(&net, l2, "recovering"), "true");
+    net.request(l2, 2, 1, get("a"));
+    net.run_for(Duration::from_secs(10));
+    assert_eq!(net.reply_for(2, 1), None, "unavailable: 2 shards of d = 3 and 3 of 4 reports");
+    assert_eq!(net.leader(), Some(l2));
+    // A failed server returns: its shard completes the entry, nothing committed was lost.
+    net.restart(f[0]);
+    net.run_for(Duration::from_secs(2));
+    let l3 = net.leader().expect("leader");
+    net.request(l3, 2, 2, get("a"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 2), Some(&value(&big(2))));
+    net.assert_agreement();
+
+    // The same schedule with Crossword: live with the three servers left.
+    let mut cw = Net::new(5, crate::crossword::build);
+    let l = elect(&mut cw);
+    cw.request(l, 1, 1, put("a", &big(1)));
+    cw.run_for(Duration::from_millis(200));
+    assert_eq!(cw.reply_for(1, 1), Some(&DONE));
+    let f: Vec<NodeId> = (1..=5).filter(|n| *n != l).collect();
+    cw.crash(l);
+    cw.crash(f[0]);
+    let (l2, _) = cw.await_leader(Duration::from_secs(10)).expect("crossword elects among three");
+    cw.request(l2, 2, 1, get("a"));
+    cw.run_for(Duration::from_secs(2));
+    assert_eq!(cw.reply_for(2, 1), Some(&value(&big(1))));
+}
+
+#[test]
+fn craft_new_leader_drops_an_entry_fewer_than_d_replicas_hold() {
+    // The leader's entry reaches one follower only (never committed); the leader fails. The
+    // new leader holds one shard; four reports show fewer than d shards: it drops the entry.
+    let mut net = Net::new(5, build_craft);
+    let l = elect(&mut net);
+    net.request(l, 1, 1, put("a", "kept"));
+    assert_eq!(net.reply_for(1, 1), Some(&DONE));
+    let f: Vec<NodeId> = (1..=5).filter(|n| *n != l).collect();
+    let only = f[0];
+    net.drop = Box::new(move |from, to, _| from == l && to != only);
+    net.request(l, 1, 2, put("a", &big(2)));
+    assert_eq!(net.reply_for(1, 2), None);
+    net.crash(l);
+    net.drop = Box::new(|_, _, _| false);
+    // Make `only` the candidate: the others' timers are later.
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("leader");
+    net.run_for(Duration::from_millis(500));
+    let l2 = net.leader().unwrap_or(l2);
+    net.request(l2, 2, 1, get("a"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value("kept")));
+    net.assert_agreement();
+}
+
+#[test]
+fn craft_restarts_from_the_wal_with_shards_and_full_copies() {
+    let mut net = Net::new(3, build_craft);
+    let l = elect(&mut net);
+    for i in 1..=6 {
+        net.request(l, 1, i, put(&format!("k{i}"), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    for n in 1..=3 {
+        net.crash(n);
+    }
+    for n in 1..=3 {
+        net.restart(n);
+    }
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("leader after restart");
+    net.request(l2, 2, 1, get("k5"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(5))));
+    net.assert_agreement();
+}
+
+#[test]
+fn craft_tolerance_and_quorums() {
+    assert_eq!([3, 5, 7, 9].map(craft_tolerates), [1, 1, 2, 2]);
+    assert_eq!([3, 5, 7].map(ReedSolomon::quorum), [3, 4, 6]);
+    let rs = ReedSolomon::default();
+    assert_eq!([3, 5, 7].map(|n| rs.reports_to_decide(n)), [2, 4, 5]);
+    // q + c ≥ n + 1 is what C4 asks of c = 1; CRaft's q meets it only for n = 3 and makes up
+    // with n + d − q reports for a new leader (RSPaxos's rule).
+    let bad = ReedSolomon { majority_quorum: true };
+    assert_eq!(bad.coded_quorum(5), 3);
+    let batch: Batch = vec![];
+    let mut c = ReedSolomon::default();
+    let shards = c.split(&batch, &[1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(shards.iter().map(|s| s.index).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(c.rebuild(&shards[2..]), Some(batch.clone()));
+    assert_eq!(c.rebuild(&shards[3..]), None, "two of d = 3 shards");
+}

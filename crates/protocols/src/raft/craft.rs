@@ -1,0 +1,280 @@
+//! CRaft (Wang et al., "CRaft: An Erasure-coding-supported Version of Raft", FAST 2020), as
+//! the Crossword paper describes it (§2, Fig. 2 and Fig. 3(b)): the Raft core with the
+//! [`ReedSolomon`](super::ReedSolomon) entry codec. The parts, in the order of the paper:
+//!
+//! 1. **Coded replication.** While every follower answered within an election timeout, the
+//!    leader cuts each new entry into a Reed–Solomon codeword of `n` shards, `d = f + 1` of
+//!    which rebuild it, and sends follower `i` (its position among the members) shard `i`
+//!    only (`c = 1`). The leader keeps the full entry.
+//! 2. **Commitment.** A coded entry commits once `q = ⌈(n + d)/2⌉` replicas (the leader
+//!    included) hold it — RSPaxos's quorum: any `n + d − q` replicas then hold `d` distinct
+//!    shards of it — or once a majority holds it in full. Full-copy entries commit on a
+//!    majority as in Raft. Raft's election (a majority of votes, §5.4.1's up-to-date check)
+//!    is unchanged: a committed entry is on `q` replicas, so every elected leader has it —
+//!    but maybe only as a shard.
+//! 3. **The switch to full copies (CRaft's fallback).** Once a follower has been silent for
+//!    an election timeout the leader is *degraded*: new entries go out in full, and every
+//!    entry a follower holds only a shard of is re-sent to it in full (`Fill`), replacing
+//!    the shard and re-persisted (`Record::Full`). Coded entries then commit on a majority of
+//!    full copies, and after the fills complete the cluster tolerates `f` failures again.
+//!    Before they complete, it tolerates `q − d` (`n = 5`: one): the window is CRaft's
+//!    weakness (Crossword §2, Fig. 2), shown by the tests of this folder.
+//! 4. **Execution at followers.** A follower cannot execute a shard; the leader fills the
+//!    committed entries a follower holds as shards (in the healthy state only those: the
+//!    critical path carries one shard). A follower executes up to its first shard.
+//! 5. **A new leader** holding shards at the end of its log gathers what its followers hold
+//!    of those entries (`Gather`/`Gathered`) before it appends or replicates: with a full
+//!    copy or `d` distinct shards of an entry (same index and term) it rebuilds it; once
+//!    `n + d − q` replicas (itself included) reported fewer and no full copy, the entry was
+//!    never committed (a committed one is held by `q` replicas, of which `d` are among any
+//!    `n + d − q`; or in full by a majority) and it drops it with everything after it. With
+//!    fewer replicas reachable it waits: the loss of availability the paper describes.
+
+use super::msg::{Entry, Msg, Payload, Record};
+use super::Raft;
+use synod_core::{Ctx, NodeId, Role};
+
+/// Most entries asked for in one `Gather`.
+const GATHER_MAX: usize = 256;
+
+impl Raft {
+    /// The first entry this replica holds only a shard of (executed entries are full).
+    pub(super) fn first_partial(&self) -> Option<u64> {
+        if !self.codec.codes() {
+            return None;
+        }
+        let from = self.log.exec_next().max(self.log.first_index());
+        self.log.range(from, self.last_index()).find(|(_, s)| s.value.is_partial()).map(|(i, _)| i)
+    }
+
+    /// Every entry up to here is held in full.
+    pub(super) fn full_upto(&self) -> u64 {
+        self.first_partial().map_or(self.last_index(), |p| p - 1)
+    }
+
+    /// What follower `to` is sent of the entry at `index`: its shard while the entry is
+    /// coded and the leader is healthy, else the full copy.
+    pub(super) fn piece(&self, index: u64, entry: &Entry, to: NodeId) -> Entry {
+        if !self.degraded {
+            if let (Some(shards), Some(pos)) = (self.pieces.get(&index), self.members.iter().position(|m| *m == to)) {
+                if let Some(s) = shards.get(pos) {
+                    return Entry { term: entry.term, value: Payload::Shard(s.clone()) };
+                }
+            }
+        }
+        entry.clone()
+    }
+
+    /// A full copy of the entry we hold a shard of at `index` (same term) replaces it.
+    pub(super) fn upgrade(&mut self, ctx: &mut Ctx<'_>, index: u64, incoming: Entry) {
+        if incoming.is_partial() {
+            return;
+        }
+        let Some(slot) = self.log.get_mut(index) else { return };
+        if slot.value.term != incoming.term || !slot.value.is_partial() {
+            return;
+        }
+        slot.value = incoming.clone();
+        self.persist(ctx, vec![Record::Full { index, entry: incoming }]);
+    }
+
+    /// Every heartbeat of a CRaft leader: detect silent followers (switch), fill, gather.
+    pub(super) fn craft_tick(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.codec.codes() || self.role != Role::Leader {
+            return;
+        }
+        let window = self.election_timeout_min();
+        let degraded = self.progress.values().any(|p| ctx.now.since(p.last_heard) >= window);
+        if degraded && !self.degraded {
+            // The switch: coded entries a follower holds shards of go to it in full.
+            for pr in self.progress.values_mut() {
+                pr.fill_sent = None;
+            }
+        }
+        self.degraded = degraded;
+        if self.recovering.is_some() {
+            self.gather(ctx);
+            return;
+        }
+        let peers: Vec<NodeId> = self.peers().collect();
+        for p in peers {
+            self.fill(ctx, p);
+        }
+    }
+
+    /// Send follower `to` full copies of entries it may hold only shards of: the committed
+    /// ones (it must execute them) and, once degraded, every one it has. One `Fill` in
+    /// flight per follower (re-sent after two heartbeats); the first of a term is an empty
+    /// probe that learns how far the follower holds full copies.
+    pub(super) fn fill(&mut self, ctx: &mut Ctx<'_>, to: NodeId) {
+        if !self.codec.codes() || self.role != Role::Leader || self.recovering.is_some() {
+            return;
+        }
+        let stale = self.params.heartbeat() * 2;
+        let first = self.log.first_index();
+        let chunk = self.params.catchup_chunk.max(1) as u64;
+        let upto_all = if self.degraded { u64::MAX } else { self.commit };
+        let term = self.term;
+        let Some(pr) = self.progress.get_mut(&to) else { return };
+        if pr.fill_sent.is_some_and(|t| ctx.now.since(t) < stale) {
+            return;
+        }
+        let upto = pr.matched.min(upto_all);
+        let entries: Vec<(u64, Entry)> = match pr.full_known {
+            false => Vec::new(),
+            true if pr.full >= upto => return,
+            true if pr.full + 1 < first => {
+                // Compacted here: a snapshot brings the follower past its shards.
+                if pr.snapshot_offset.is_none() {
+                    pr.next = pr.next.min(pr.full + 1);
+                }
+                return;
+            }
+            true => {
+                let from = pr.full + 1;
+                self.log.range(from, upto.min(from + chunk - 1)).map(|(i, s)| (i, s.value.clone())).collect()
+            }
+        };
+        pr.fill_sent = Some(ctx.now);
+        ctx.send(to, &Msg::Fill { term, entries });
+    }
+
+    pub(super) fn on_fill(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, entries: Vec<(u64, Entry)>) {
+        if term < self.term {
+            return;
+        }
+        if term > self.term || self.role != Role::Follower || self.leader != Some(from) {
+            self.become_follower(ctx, term, Some(from));
+        }
+        self.last_leader_contact = Some(ctx.now);
+        for (index, e) in entries {
+            self.upgrade(ctx, index, e);
+        }
+        self.execute(ctx);
+        ctx.send(from, &Msg::FillResp { term: self.term, full: self.full_upto() });
+    }
+
+    pub(super) fn on_fill_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, full: u64) {
+        if term > self.term {
+            self.become_follower(ctx, term, None);
+            return;
+        }
+        if self.role != Role::Leader || term < self.term {
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else { return };
+        pr.last_heard = ctx.now;
+        pr.fill_sent = None;
+        pr.full = if pr.full_known { pr.full.max(full) } else { full };
+        pr.full_known = true;
+        self.maybe_commit(ctx);
+        self.fill(ctx, from);
+    }
+
+    // ----- a new leader's recovery ----------------------------------------------------------
+
+    /// Ask the followers that have not reported for the pieces of our partial entries.
+    pub(super) fn gather(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(first) = self.first_partial() else { return };
+        let indices: Vec<u64> = self
+            .log
+            .range(first, self.last_index())
+            .filter(|(_, s)| s.value.is_partial())
+            .map(|(i, _)| i)
+            .take(GATHER_MAX)
+            .collect();
+        let reported: Vec<NodeId> =
+            self.recovering.as_ref().map(|r| r.reports.keys().copied().collect()).unwrap_or_default();
+        for p in self.peers().filter(|p| !reported.contains(p)).collect::<Vec<_>>() {
+            ctx.send(p, &Msg::Gather { term: self.term, indices: indices.clone() });
+        }
+    }
+
+    pub(super) fn on_gather(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, indices: Vec<u64>) {
+        if term < self.term {
+            return;
+        }
+        if term > self.term || self.role != Role::Follower || self.leader != Some(from) {
+            self.become_follower(ctx, term, Some(from));
+        }
+        self.last_leader_contact = Some(ctx.now);
+        self.reset_election_timer(ctx);
+        let entries: Vec<(u64, Entry)> =
+            indices.iter().filter_map(|i| self.log.get(*i).map(|s| (*i, s.value.clone()))).collect();
+        ctx.send(from, &Msg::Gathered { term: self.term, asked: indices, entries });
+    }
+
+    pub(super) fn on_gathered(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        term: u64,
+        asked: Vec<u64>,
+        entries: Vec<(u64, Entry)>,
+    ) {
+        if term > self.term {
+            self.become_follower(ctx, term, None);
+            return;
+        }
+        if self.role != Role::Leader || term < self.term {
+            return;
+        }
+        if let Some(pr) = self.progress.get_mut(&from) {
+            pr.last_heard = ctx.now;
+        }
+        let Some(r) = self.recovering.as_mut() else { return };
+        r.reports.insert(from, (asked, entries));
+        self.settle_recovery(ctx);
+    }
+
+    /// Rebuild or drop our partial entries from the reports so far; lead once none is left.
+    fn settle_recovery(&mut self, ctx: &mut Ctx<'_>) {
+        let n = self.members.len();
+        let decide = self.codec.reports_to_decide(n);
+        let Some(r) = self.recovering.take() else { return };
+        while let Some(index) = self.first_partial() {
+            let Some(own) = self.log.get(index).map(|s| s.value.clone()) else { break };
+            let mut reporters = 1;
+            let mut full = None;
+            let mut shards = Vec::new();
+            if let Payload::Shard(s) = &own.value {
+                shards.push(s.clone());
+            }
+            for (asked, held) in r.reports.values() {
+                if !asked.contains(&index) {
+                    continue;
+                }
+                reporters += 1;
+                for (i, e) in held {
+                    if *i != index || e.term != own.term {
+                        continue;
+                    }
+                    match &e.value {
+                        Payload::Full(b) => full = Some(b.clone()),
+                        Payload::Shard(s) => shards.push(s.clone()),
+                    }
+                }
+            }
+            if let Some(batch) = full.or_else(|| self.codec.rebuild(&shards)) {
+                self.upgrade(ctx, index, Entry::full(own.term, batch));
+                continue;
+            }
+            if reporters >= decide && index > self.commit {
+                // Fewer than d shards among n + d − q replicas: never committed.
+                self.log.truncate_after(index - 1);
+                self.waiting.retain(|i, _| *i < index);
+                self.persist(ctx, vec![Record::Entries { first: index, entries: Vec::new() }]);
+                for pr in self.progress.values_mut() {
+                    pr.next = pr.next.min(index);
+                    pr.probe_prev = pr.probe_prev.min(index - 1);
+                }
+                break;
+            }
+            // Not enough reports yet: keep waiting (more arrive, or the gather is resent).
+            self.recovering = Some(r);
+            return;
+        }
+        self.execute(ctx);
+        self.start_leading(ctx);
+    }
+}
