@@ -41,11 +41,11 @@ pub struct ClassStats {
 }
 
 impl ClassStats {
-    fn new(sigfig: u8) -> ClassStats {
+    pub(crate) fn new(sigfig: u8) -> ClassStats {
         ClassStats { hist: histogram(sigfig), rejected: 0, ambivalent: 0, errors: 0 }
     }
 
-    fn record(&mut self, latency: Duration, completion: Completion) {
+    pub(crate) fn record(&mut self, latency: Duration, completion: Completion) {
         match completion {
             Completion::Ok => self.hist.saturating_record((latency.as_micros() as u64).max(1)),
             Completion::Rejected => self.rejected += 1,
@@ -216,7 +216,7 @@ pub struct ClassSummary {
 }
 
 impl ClassSummary {
-    fn of(name: &str, s: &ClassStats, secs: f64) -> ClassSummary {
+    pub(crate) fn of(name: &str, s: &ClassStats, secs: f64) -> ClassSummary {
         let q = |q: f64| if s.hist.is_empty() { 0.0 } else { s.hist.value_at_quantile(q) as f64 / 1000.0 };
         ClassSummary {
             class: name.to_string(),

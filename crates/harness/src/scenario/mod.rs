@@ -70,5 +70,5 @@ mod variant;
 
 pub use analysis::{analyze, leader_changes, offered, params_changed, windows, Event, WindowRow};
 pub use run::run_scenario;
-pub use spec::{Load, RateSpec, Scenario, Step, StepKind, Who};
+pub use spec::{Load, RateSpec, Scenario, Sites, Step, StepKind, Who};
 pub use variant::{split_variants, Variant};
