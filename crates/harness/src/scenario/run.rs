@@ -85,6 +85,17 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
         }
     }
 
+    if let Some((node, q)) = s.slow {
+        let a = Action::Cpu { node: NodeSel::Id(node), quota: Quota::Percent(q) };
+        match crate::nemesis::execute(&file_path, &a) {
+            Ok(lines) => lines.iter().for_each(|l| eprintln!("slow replica: {l}")),
+            Err(e) => {
+                let mut cluster = cluster;
+                cluster.stop();
+                bail!("[cluster] slow = {{ node = {node}, cpu_quota = {q} }}: {e}");
+            }
+        }
+    }
     // [sites]: which replica each site is, and the replicas' links set to half the RTT each way.
     let site_replicas = match &s.sites {
         None => None,

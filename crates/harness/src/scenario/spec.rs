@@ -74,6 +74,16 @@ struct ClusterSection {
     /// Percent of one CPU every replica gets from its start (before loading and calibration).
     #[serde(default)]
     cpu_quota: Option<f64>,
+    /// One slow replica from its start: `slow = { node = 3, cpu_quota = 20 }` (EPaxos Fig. 5/6).
+    #[serde(default)]
+    slow: Option<SlowSection>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct SlowSection {
+    node: NodeId,
+    cpu_quota: f64,
 }
 
 #[derive(Deserialize, Debug)]
@@ -320,6 +330,9 @@ pub struct Scenario {
     pub params: ProtocolParams,
     /// `[cluster] cpu_quota`: percent of one CPU per replica from its start.
     pub cpu_quota: Option<f64>,
+    /// `[cluster] slow`: (node, percent of one CPU) for one replica from its start, applied
+    /// after `cpu_quota`.
+    pub slow: Option<(NodeId, f64)>,
     /// The workload; its target is filled in per run.
     pub bench: BenchArgs,
     /// `[load]`: open loop and calibration.
@@ -637,6 +650,21 @@ impl Scenario {
                 Some(sites)
             }
         };
+        let slow = match &c.slow {
+            None => None,
+            Some(sl) => {
+                if !(1..=c.replicas).contains(&sl.node) {
+                    bail!("{origin}: [cluster] slow: no node {} in a cluster of {}", sl.node, c.replicas);
+                }
+                if !(sl.cpu_quota.is_finite() && sl.cpu_quota > 0.0 && sl.cpu_quota <= 6400.0) {
+                    bail!(
+                        "{origin}: [cluster] slow: cpu_quota = {}: expected a percentage of one CPU above 0",
+                        sl.cpu_quota
+                    );
+                }
+                Some((sl.node, sl.cpu_quota))
+            }
+        };
         let out = file.out.clone().unwrap_or_else(|| PathBuf::from("scenario-out").join(&name));
         Ok(Scenario {
             name,
@@ -653,6 +681,7 @@ impl Scenario {
             log_level: c.log_level.clone().unwrap_or_else(|| "info".into()),
             params: c.params.clone(),
             cpu_quota: c.cpu_quota,
+            slow,
             bench: BenchArgs { duration, ..bench },
             load: Load { rate, calibrate, calibrate_clients },
             schedule,
@@ -797,6 +826,39 @@ mod tests {
             assert!(err(&with(bad)).contains("cpu_quota"), "{bad}: {}", err(&with(bad)));
         }
         assert!(err(&with("\"lots\"")).contains("cpu_quota"));
+    }
+
+    #[test]
+    fn a_slow_replica_and_sites_are_parsed_and_checked() {
+        let slow = |t: &str| GOOD.replace("fsync = \"never\"", &format!("fsync = \"never\"\n        slow = {t}"));
+        assert_eq!(Scenario::parse(GOOD, "t.toml", 1.0).unwrap().slow, None);
+        assert_eq!(
+            Scenario::parse(&slow("{ node = 3, cpu_quota = 20 }"), "t.toml", 1.0).unwrap().slow,
+            Some((3, 20.0))
+        );
+        assert!(err(&slow("{ node = 4, cpu_quota = 20 }")).contains("no node 4"));
+        assert!(err(&slow("{ node = 2, cpu_quota = 0 }")).contains("cpu_quota"));
+        assert!(err(&slow("{ node = 2 }")).contains("cpu_quota"));
+
+        let sites = |body: &str| format!("{}\n[sites]\n{body}\n", GOOD.replace("clients = 8\n", ""));
+        let good = r#"names = ["CA", "VA", "EU"]
+rtt_ms = [[0, 72, 151], [72, 0, 80], [151, 80, 0]]
+clients_per_site = 10
+leader_site = "VA""#;
+        let s = Scenario::parse(&sites(good), "t.toml", 1.0).unwrap();
+        let st = s.sites.clone().unwrap();
+        assert_eq!(s.bench.clients, 30, "clients_per_site × sites");
+        assert_eq!(st.leader_site, Some(1));
+        assert_eq!(st.replicas(1), vec![3, 1, 2], "leader node 1 sits at VA");
+        assert_eq!(st.replicas(3), vec![2, 3, 1]);
+        let bad = |from: &str, to: &str| err(&sites(&good.replace(from, to)));
+        assert!(bad("\"EU\"]", "\"EU\", \"JP\"]").contains("4 site names for 3 replicas"));
+        assert!(bad("[151, 80, 0]]", "[151, 81, 0]]").contains("symmetric"));
+        assert!(bad("[0, 72, 151]", "[5, 72, 151]").contains("distance 0"));
+        assert!(bad("[0, 72, 151],", "[0, 72],").contains("3×3"));
+        assert!(bad("\"VA\"\n", "\"JP\"\n").contains("leader_site `JP`"));
+        assert!(bad("= 10", "= 0").contains("at least 1"));
+        assert!(err(&format!("{}\n[sites]\n{good}\n", GOOD)).contains("remove [workload] clients"));
     }
 
     #[test]
