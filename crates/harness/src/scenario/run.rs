@@ -199,12 +199,23 @@ fn place_sites(sites: &Sites, cluster_file: &Path) -> Result<(Vec<NodeId>, Vec<S
 /// The per-site lines of the summary.
 fn sites_summary(sites: &Sites, ids: &[NodeId], rows: &[(synod_bench::stats::ClassSummary, usize)]) -> String {
     let mut t = String::from("latency per client site (from the call to the answer, ok operations):\n");
-    let _ = writeln!(t, "  {:<6} {:>5} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9}", "site", "node", "clients", "ok", "errors", "p50 ms", "p90 ms", "p99 ms");
+    let _ = writeln!(
+        t,
+        "  {:<6} {:>5} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9}",
+        "site", "node", "clients", "ok", "errors", "p50 ms", "p90 ms", "p99 ms"
+    );
     for ((c, clients), id) in rows.iter().zip(ids) {
         let _ = writeln!(
             t,
             "  {:<6} {:>5} {:>8} {:>8} {:>7} {:>9.1} {:>9.1} {:>9.1}",
-            c.class, id, clients, c.ok, c.errors + c.rejected + c.ambivalent, c.p50_ms, c.p90_ms, c.p99_ms
+            c.class,
+            id,
+            clients,
+            c.ok,
+            c.errors + c.rejected + c.ambivalent,
+            c.p50_ms,
+            c.p90_ms,
+            c.p99_ms
         );
     }
     let _ = writeln!(t, "  (leader site: {})", sites.leader_site.map_or("-".to_string(), |l| sites.names[l].clone()));
@@ -391,12 +402,8 @@ async fn measure(
             }
             site_targets.push(TargetSpec { endpoints: eps, ..target.clone() });
         }
-        recorder = Some(Arc::new(synod_bench::sites::SiteRecorder::new(
-            n,
-            sites.clients_per_site,
-            slot.clone(),
-            s.duration,
-        )));
+        recorder =
+            Some(Arc::new(synod_bench::sites::SiteRecorder::new(n, sites.clients_per_site, slot.clone(), s.duration)));
     }
     let (t, rec) = (Arc::new(site_targets), recorder.clone());
     let result = driver::run(

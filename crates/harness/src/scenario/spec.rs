@@ -267,7 +267,10 @@ impl Sites {
                     return Err(format!("rtt_ms[{i}][{i}] = {v}: a site is at distance 0 from itself"));
                 }
                 if v != sec.rtt_ms[j][i] {
-                    return Err(format!("rtt_ms[{i}][{j}] = {v} but rtt_ms[{j}][{i}] = {}: RTTs are symmetric", sec.rtt_ms[j][i]));
+                    return Err(format!(
+                        "rtt_ms[{i}][{j}] = {v} but rtt_ms[{j}][{i}] = {}: RTTs are symmetric",
+                        sec.rtt_ms[j][i]
+                    ));
                 }
             }
         }
@@ -283,7 +286,12 @@ impl Sites {
                     .ok_or_else(|| format!("leader_site `{l}` is not one of the names {:?}", sec.names))?,
             ),
         };
-        Ok(Sites { names: sec.names.clone(), rtt_ms: sec.rtt_ms.clone(), clients_per_site: sec.clients_per_site, leader_site })
+        Ok(Sites {
+            names: sec.names.clone(),
+            rtt_ms: sec.rtt_ms.clone(),
+            clients_per_site: sec.clients_per_site,
+            leader_site,
+        })
     }
 
     /// Replica id of each site, given the replica that leads (`leader`; for leaderless
