@@ -864,7 +864,7 @@ leader_site = "VA""#;
         assert!(bad("[151, 80, 0]]", "[151, 81, 0]]").contains("symmetric"));
         assert!(bad("[0, 72, 151]", "[5, 72, 151]").contains("distance 0"));
         assert!(bad("[0, 72, 151],", "[0, 72],").contains("3×3"));
-        assert!(bad("\"VA\"\n", "\"JP\"\n").contains("leader_site `JP`"));
+        assert!(bad("leader_site = \"VA\"", "leader_site = \"JP\"").contains("leader_site `JP`"));
         assert!(bad("= 10", "= 0").contains("at least 1"));
         assert!(err(&format!("{}\n[sites]\n{good}\n", GOOD)).contains("remove [workload] clients"));
     }
