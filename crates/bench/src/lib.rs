@@ -10,6 +10,8 @@
 //! - [`stats`]: HDR histograms per operation class and a per-interval timeline.
 //! - [`report`] and [`plot`]: CSV, JSON and PNG output.
 //! - [`resources`]: replica memory (RSS) and log/snapshot gauges sampled over a run.
+//! - [`sites`]: client sites for wide-area runs (per-site placement, emulated client-to-replica
+//!   distance, per-site latency).
 //! - [`cli`]: the `synod bench` arguments and the sweep / comparison loop.
 
 pub mod cli;
@@ -17,6 +19,7 @@ pub mod driver;
 pub mod plot;
 pub mod report;
 pub mod resources;
+pub mod sites;
 pub mod stats;
 pub mod target;
 pub mod workload;

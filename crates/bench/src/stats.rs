@@ -44,11 +44,11 @@ pub struct ClassStats {
 }
 
 impl ClassStats {
-    fn new(sigfig: u8) -> ClassStats {
+    pub(crate) fn new(sigfig: u8) -> ClassStats {
         ClassStats { hist: histogram(sigfig), reject_hist: histogram(sigfig), rejected: 0, ambivalent: 0, errors: 0 }
     }
 
-    fn record(&mut self, latency: Duration, completion: Completion) {
+    pub(crate) fn record(&mut self, latency: Duration, completion: Completion) {
         let us = (latency.as_micros() as u64).max(1);
         match completion {
             Completion::Ok => self.hist.saturating_record(us),
@@ -232,7 +232,7 @@ pub struct ClassSummary {
 }
 
 impl ClassSummary {
-    fn of(name: &str, s: &ClassStats, secs: f64) -> ClassSummary {
+    pub(crate) fn of(name: &str, s: &ClassStats, secs: f64) -> ClassSummary {
         let q = |q: f64| if s.hist.is_empty() { 0.0 } else { s.hist.value_at_quantile(q) as f64 / 1000.0 };
         let rq = |q: f64| {
             if s.reject_hist.is_empty() {

@@ -15,6 +15,13 @@
 //! cpu_quota = 40              # optional: every replica capped at 40% of one CPU from its
 //!                             # start (cgroup v1), e.g. to give each its own share of a
 //!                             # small machine; faults' `cpu` quotas then set it lower
+//! slow = { node = 3, cpu_quota = 20 }  # optional: one slow replica from its start
+//! [sites]                     # optional, wide-area runs (EPaxos Fig. 4): one site per
+//! names = ["CA", "VA", "EU"]  # replica, symmetric RTTs; replica links get half the RTT
+//! rtt_ms = [[0, 72, 151], [72, 0, 80], [151, 80, 0]]   # each way, clients reach other
+//! clients_per_site = 10       # sites' replicas through delaying relays, latency is
+//! leader_site = "CA"          # reported per site (sites.csv); leader-based protocols'
+//!                             # leader is placed at leader_site
 //! [workload]                  # any `synod bench` option, named as on its command line
 //! workload = "a"
 //! clients = 16
@@ -70,5 +77,5 @@ mod variant;
 
 pub use analysis::{analyze, leader_changes, offered, params_changed, windows, Event, WindowRow};
 pub use run::run_scenario;
-pub use spec::{Load, RateSpec, Scenario, Step, StepKind, Who};
+pub use spec::{Load, RateSpec, Scenario, Sites, Step, StepKind, Who};
 pub use variant::{split_variants, Variant};

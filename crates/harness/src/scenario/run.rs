@@ -5,7 +5,7 @@
 
 use super::analysis::Event;
 use super::report::{self, Measured, RunOutcome};
-use super::spec::{RateSpec, Scenario, StepKind, Who};
+use super::spec::{RateSpec, Scenario, Sites, StepKind, Who};
 use super::variant::Variant;
 use crate::cluster::{Cluster, ClusterFile, NodeState, Ports, Spec, StartError};
 use crate::nemesis::{Action, LinkSet, NodeSel, Quota};
@@ -85,6 +85,33 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
         }
     }
 
+    if let Some((node, q)) = s.slow {
+        let a = Action::Cpu { node: NodeSel::Id(node), quota: Quota::Percent(q) };
+        match crate::nemesis::execute(&file_path, &a) {
+            Ok(lines) => lines.iter().for_each(|l| eprintln!("slow replica: {l}")),
+            Err(e) => {
+                let mut cluster = cluster;
+                cluster.stop();
+                bail!("[cluster] slow = {{ node = {node}, cpu_quota = {q} }}: {e}");
+            }
+        }
+    }
+    // [sites]: which replica each site is, and the replicas' links set to half the RTT each way.
+    let site_replicas = match &s.sites {
+        None => None,
+        Some(sites) => match place_sites(sites, &file_path) {
+            Ok((ids, lines)) => {
+                lines.iter().for_each(|l| eprintln!("{l}"));
+                Some(ids)
+            }
+            Err(e) => {
+                let mut cluster = cluster;
+                cluster.stop();
+                bail!("[sites]: {e}");
+            }
+        },
+    };
+
     // Supervise on a thread of its own: restarts and exits are served while the load runs.
     let supervisor = cluster.supervise_in_background();
 
@@ -102,8 +129,18 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
                 summary: format!("{}: sweep medians (medians.csv, sweep.png in {})\n{medians}", v.label, dir.display()),
             });
         }
-        let measured = rt.block_on(measure(s, v, dir, &file_path, target, stop))?;
-        report::write_variant(s, v, dir, measured)
+        let (measured, site_rows) =
+            rt.block_on(measure(s, v, dir, &file_path, target, &endpoints, site_replicas.as_deref(), stop))?;
+        let mut outcome = report::write_variant(s, v, dir, measured)?;
+        if let (Some(sites), Some(rows), Some(ids)) = (&s.sites, site_rows, &site_replicas) {
+            let text = sites_summary(sites, ids, &rows);
+            std::fs::write(dir.join("sites.csv"), synod_bench::sites::sites_csv(&rows))?;
+            outcome.summary.push_str(&text);
+            let mut summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap_or_default();
+            summary.push_str(&text);
+            std::fs::write(dir.join("summary.txt"), summary)?;
+        }
+        Ok(outcome)
     })();
 
     let supervisor_log = supervisor.stop().join("\n");
@@ -123,16 +160,81 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
     result
 }
 
+/// `[sites]`: the replica id of each site (the leader site on the leader, for leader-based
+/// protocols) and every link between two sites' replicas delayed by half their RTT, both ways.
+fn place_sites(sites: &Sites, cluster_file: &Path) -> Result<(Vec<NodeId>, Vec<String>), String> {
+    let leader = leader_now(&ClusterFile::load(cluster_file)?.1)?;
+    let ids = sites.replicas(leader);
+    let mut lines = vec![format!(
+        "sites: {}",
+        sites.names.iter().zip(&ids).map(|(n, id)| format!("{n}=node {id}")).collect::<Vec<_>>().join(", ")
+    )];
+    let n = ids.len();
+    for a in 0..n {
+        for b in a + 1..n {
+            let links: LinkSet = format!("{}-{}", ids[a], ids[b]).parse()?;
+            let action = Action::Link {
+                links,
+                delay_ms: sites.rtt_ms[a][b] / 2.0,
+                jitter_ms: 0.0,
+                jitter_distribution: "uniform".into(),
+                jitter_shape: None,
+                bandwidth_mbit: None,
+                loss: 0.0,
+            };
+            crate::nemesis::execute(cluster_file, &action).map_err(|e| e.to_string())?;
+            lines.push(format!(
+                "  link {}-{} ({}-{}): {} ms each way",
+                ids[a],
+                ids[b],
+                sites.names[a],
+                sites.names[b],
+                sites.rtt_ms[a][b] / 2.0
+            ));
+        }
+    }
+    Ok((ids, lines))
+}
+
+/// The per-site lines of the summary.
+fn sites_summary(sites: &Sites, ids: &[NodeId], rows: &[(synod_bench::stats::ClassSummary, usize)]) -> String {
+    let mut t = String::from("latency per client site (from the call to the answer, ok operations):\n");
+    let _ = writeln!(
+        t,
+        "  {:<6} {:>5} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9}",
+        "site", "node", "clients", "ok", "errors", "p50 ms", "p90 ms", "p99 ms"
+    );
+    for ((c, clients), id) in rows.iter().zip(ids) {
+        let _ = writeln!(
+            t,
+            "  {:<6} {:>5} {:>8} {:>8} {:>7} {:>9.1} {:>9.1} {:>9.1}",
+            c.class,
+            id,
+            clients,
+            c.ok,
+            c.errors + c.rejected + c.ambivalent,
+            c.p50_ms,
+            c.p90_ms,
+            c.p99_ms
+        );
+    }
+    let _ = writeln!(t, "  (leader site: {})", sites.leader_site.map_or("-".to_string(), |l| sites.names[l].clone()));
+    t
+}
+
 /// Load the records, calibrate, run the workload and fire the schedule; returns what was
-/// measured (the caller writes the files).
+/// measured (the caller writes the files) and, with `[sites]`, the latency per site.
+#[allow(clippy::too_many_arguments)]
 async fn measure(
     s: &Scenario,
     v: &Variant,
     dir: &Path,
     cluster_file: &Path,
     target: TargetSpec,
+    endpoints: &[String],
+    site_replicas: Option<&[NodeId]>,
     stop: &Stop,
-) -> anyhow::Result<Measured> {
+) -> anyhow::Result<(Measured, Option<Vec<(synod_bench::stats::ClassSummary, usize)>>)> {
     let label = v.label.as_str();
     let spec = s.bench.workload_spec()?;
     let key_size = spec.key_size;
@@ -277,17 +379,48 @@ async fn measure(
         })
     };
 
-    let t = target.clone();
+    // [sites]: site s reaches the other sites' replicas through delaying relays; each
+    // client (site i mod n) gets the endpoint list of its site, its own replica at index s.
+    let mut proxies = Vec::new();
+    let mut site_targets = vec![target.clone()];
+    let mut recorder = None;
+    if let (Some(sites), Some(ids)) = (&s.sites, site_replicas) {
+        site_targets.clear();
+        let n = ids.len();
+        for a in 0..n {
+            let mut eps = Vec::with_capacity(n);
+            for b in 0..n {
+                let direct = endpoints[ids[b] as usize - 1].clone();
+                if a == b {
+                    eps.push(direct);
+                } else {
+                    let one_way = Duration::from_secs_f64(sites.rtt_ms[a][b] / 2000.0);
+                    let p = synod_bench::sites::DelayProxy::start(direct, one_way).await?;
+                    eps.push(p.addr.to_string());
+                    proxies.push(p);
+                }
+            }
+            site_targets.push(TargetSpec { endpoints: eps, ..target.clone() });
+        }
+        recorder =
+            Some(Arc::new(synod_bench::sites::SiteRecorder::new(n, sites.clients_per_site, slot.clone(), s.duration)));
+    }
+    let (t, rec) = (Arc::new(site_targets), recorder.clone());
     let result = driver::run(
         move |i| {
-            let t = t.clone();
-            async move { t.connect(i, key_size).await }
+            let (t, rec) = (t.clone(), rec.clone());
+            async move {
+                let site = synod_bench::sites::site_of(i, t.len());
+                let inner = t[site].connect(i, key_size).await?;
+                Ok::<_, synod_bench::target::TargetError>(synod_bench::sites::SiteTarget::new(inner, site, rec))
+            }
         },
         Workload::new(spec.clone())?,
         &cfg,
         stop.clone(),
     )
     .await;
+    drop(proxies);
     sampling_done.store(true, Ordering::SeqCst);
     let result = result.context("running the workload")?;
     if stop.raised() {
@@ -303,7 +436,14 @@ async fn measure(
     let events = events.lock().expect("events lock").clone();
     let samples = std::mem::take(&mut *samples.lock().expect("samples lock"));
     let rate_log = ctx.rate_log.lock().expect("rate log").clone();
-    Ok(Measured { title, target, spec, cfg, result, events, samples, rate_log, calibrated, initial, before, after })
+    let site_rows = match (&s.sites, &recorder) {
+        (Some(sites), Some(r)) => Some(r.summaries(&sites.names)),
+        _ => None,
+    };
+    Ok((
+        Measured { title, target, spec, cfg, result, events, samples, rate_log, calibrated, initial, before, after },
+        site_rows,
+    ))
 }
 
 /// Closed-loop calibration: the throughput this cluster sustains with `clients` clients.

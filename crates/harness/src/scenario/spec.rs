@@ -36,6 +36,19 @@ struct File {
     load: Option<LoadSection>,
     #[serde(default)]
     schedule: Vec<StepSection>,
+    #[serde(default)]
+    sites: Option<SitesSection>,
+}
+
+/// `[sites]`: one site per replica, the RTTs between them, clients at each (EPaxos Fig. 4).
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct SitesSection {
+    names: Vec<String>,
+    rtt_ms: Vec<Vec<f64>>,
+    clients_per_site: usize,
+    #[serde(default)]
+    leader_site: Option<String>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -61,6 +74,16 @@ struct ClusterSection {
     /// Percent of one CPU every replica gets from its start (before loading and calibration).
     #[serde(default)]
     cpu_quota: Option<f64>,
+    /// One slow replica from its start: `slow = { node = 3, cpu_quota = 20 }` (EPaxos Fig. 5/6).
+    #[serde(default)]
+    slow: Option<SlowSection>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct SlowSection {
+    node: NodeId,
+    cpu_quota: f64,
 }
 
 #[derive(Deserialize, Debug)]
@@ -200,6 +223,90 @@ pub struct Load {
     pub calibrate_clients: usize,
 }
 
+/// Wide-area sites (`[sites]`): site `s` is one replica, `clients_per_site` clients sit at
+/// each (client `i` at site `i mod n`, its home replica that site's), the replicas' links
+/// and the clients' trips to other sites' replicas carry half the RTT each way.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sites {
+    /// Site names, one per replica.
+    pub names: Vec<String>,
+    /// Symmetric round-trip times in ms, zero on the diagonal.
+    pub rtt_ms: Vec<Vec<f64>>,
+    /// Clients at each site.
+    pub clients_per_site: usize,
+    /// Index of the site where a leader-based protocol's leader sits: the sites are mapped
+    /// onto replica ids so that this site is the leader's (None: site `s` is replica `s + 1`).
+    pub leader_site: Option<usize>,
+}
+
+impl Sites {
+    /// Check the section against a cluster of `replicas`.
+    fn check(sec: &SitesSection, replicas: u32) -> Result<Sites, String> {
+        let n = sec.names.len();
+        if n != replicas as usize {
+            return Err(format!("{n} site names for {replicas} replicas: give one site per replica"));
+        }
+        for (i, name) in sec.names.iter().enumerate() {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) {
+                return Err(format!("site name `{name}` must be letters, digits, `-` or `_`"));
+            }
+            if sec.names[..i].contains(name) {
+                return Err(format!("site `{name}` is named twice"));
+            }
+        }
+        if sec.rtt_ms.len() != n || sec.rtt_ms.iter().any(|row| row.len() != n) {
+            return Err(format!("rtt_ms must be a {n}×{n} matrix (one row per site, in the order of `names`)"));
+        }
+        for i in 0..n {
+            for j in 0..n {
+                let v = sec.rtt_ms[i][j];
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format!("rtt_ms[{i}][{j}] = {v}: must be a finite number of ms >= 0"));
+                }
+                if i == j && v != 0.0 {
+                    return Err(format!("rtt_ms[{i}][{i}] = {v}: a site is at distance 0 from itself"));
+                }
+                if v != sec.rtt_ms[j][i] {
+                    return Err(format!(
+                        "rtt_ms[{i}][{j}] = {v} but rtt_ms[{j}][{i}] = {}: RTTs are symmetric",
+                        sec.rtt_ms[j][i]
+                    ));
+                }
+            }
+        }
+        if sec.clients_per_site == 0 {
+            return Err("clients_per_site must be at least 1".into());
+        }
+        let leader_site = match &sec.leader_site {
+            None => None,
+            Some(l) => Some(
+                sec.names
+                    .iter()
+                    .position(|n| n == l)
+                    .ok_or_else(|| format!("leader_site `{l}` is not one of the names {:?}", sec.names))?,
+            ),
+        };
+        Ok(Sites {
+            names: sec.names.clone(),
+            rtt_ms: sec.rtt_ms.clone(),
+            clients_per_site: sec.clients_per_site,
+            leader_site,
+        })
+    }
+
+    /// Replica id of each site, given the replica that leads (`leader`; for leaderless
+    /// protocols the first replica): the leader site maps to `leader`, the others follow in
+    /// id order.
+    pub fn replicas(&self, leader: NodeId) -> Vec<NodeId> {
+        let n = self.names.len() as u32;
+        let shift = match self.leader_site {
+            Some(ls) => (leader.saturating_sub(1) + n - ls as u32) % n,
+            None => 0,
+        };
+        (0..n).map(|s| (s + shift) % n + 1).collect()
+    }
+}
+
 /// A checked scenario.
 #[derive(Debug)]
 pub struct Scenario {
@@ -231,12 +338,17 @@ pub struct Scenario {
     pub params: ProtocolParams,
     /// `[cluster] cpu_quota`: percent of one CPU per replica from its start.
     pub cpu_quota: Option<f64>,
+    /// `[cluster] slow`: (node, percent of one CPU) for one replica from its start, applied
+    /// after `cpu_quota`.
+    pub slow: Option<(NodeId, f64)>,
     /// The workload; its target is filled in per run.
     pub bench: BenchArgs,
     /// `[load]`: open loop and calibration.
     pub load: Load,
     /// The steps, sorted by time (ramps expanded).
     pub schedule: Vec<Step>,
+    /// `[sites]`: wide-area client placement and RTTs.
+    pub sites: Option<Sites>,
     /// The synod executable the replicas run (not from the file; see
     /// [`crate::cluster::Spec::server_exe`]). None: the running executable.
     pub server_exe: Option<PathBuf>,
@@ -533,6 +645,36 @@ impl Scenario {
                 bail!("{origin}: [cluster] cpu_quota = {q}: expected a percentage of one CPU above 0 (e.g. 40)");
             }
         }
+        let mut bench = bench;
+        let sites = match &file.sites {
+            None => None,
+            Some(sec) => {
+                let sites = Sites::check(sec, c.replicas).map_err(|e| anyhow::anyhow!("{origin}: [sites] {e}"))?;
+                if file.workload.contains_key("clients") {
+                    bail!("{origin}: [sites] sets the clients (clients_per_site × sites): remove [workload] clients");
+                }
+                if bench.sweep.is_some() || rate.is_some() || calibrate.is_some() {
+                    bail!("{origin}: [sites] runs are closed loop without a sweep (per-site clients are the load)");
+                }
+                bench.clients = sites.clients_per_site * sites.names.len();
+                Some(sites)
+            }
+        };
+        let slow = match &c.slow {
+            None => None,
+            Some(sl) => {
+                if !(1..=c.replicas).contains(&sl.node) {
+                    bail!("{origin}: [cluster] slow: no node {} in a cluster of {}", sl.node, c.replicas);
+                }
+                if !(sl.cpu_quota.is_finite() && sl.cpu_quota > 0.0 && sl.cpu_quota <= 6400.0) {
+                    bail!(
+                        "{origin}: [cluster] slow: cpu_quota = {}: expected a percentage of one CPU above 0",
+                        sl.cpu_quota
+                    );
+                }
+                Some((sl.node, sl.cpu_quota))
+            }
+        };
         let out = file.out.clone().unwrap_or_else(|| PathBuf::from("scenario-out").join(&name));
         Ok(Scenario {
             name,
@@ -549,9 +691,11 @@ impl Scenario {
             log_level: c.log_level.clone().unwrap_or_else(|| "info".into()),
             params: c.params.clone(),
             cpu_quota: c.cpu_quota,
+            slow,
             bench: BenchArgs { duration, ..bench },
             load: Load { rate, calibrate, calibrate_clients },
             schedule,
+            sites,
             server_exe: None,
             base_port: None,
         })
@@ -693,6 +837,39 @@ mod tests {
             assert!(err(&with(bad)).contains("cpu_quota"), "{bad}: {}", err(&with(bad)));
         }
         assert!(err(&with("\"lots\"")).contains("cpu_quota"));
+    }
+
+    #[test]
+    fn a_slow_replica_and_sites_are_parsed_and_checked() {
+        let slow = |t: &str| GOOD.replace("fsync = \"never\"", &format!("fsync = \"never\"\n        slow = {t}"));
+        assert_eq!(Scenario::parse(GOOD, "t.toml", 1.0).unwrap().slow, None);
+        assert_eq!(
+            Scenario::parse(&slow("{ node = 3, cpu_quota = 20 }"), "t.toml", 1.0).unwrap().slow,
+            Some((3, 20.0))
+        );
+        assert!(err(&slow("{ node = 4, cpu_quota = 20 }")).contains("no node 4"));
+        assert!(err(&slow("{ node = 2, cpu_quota = 0 }")).contains("cpu_quota"));
+        assert!(err(&slow("{ node = 2 }")).contains("cpu_quota"));
+
+        let sites = |body: &str| format!("{}\n[sites]\n{body}\n", GOOD.replace("clients = 8\n", ""));
+        let good = r#"names = ["CA", "VA", "EU"]
+rtt_ms = [[0, 72, 151], [72, 0, 80], [151, 80, 0]]
+clients_per_site = 10
+leader_site = "VA""#;
+        let s = Scenario::parse(&sites(good), "t.toml", 1.0).unwrap();
+        let st = s.sites.clone().unwrap();
+        assert_eq!(s.bench.clients, 30, "clients_per_site × sites");
+        assert_eq!(st.leader_site, Some(1));
+        assert_eq!(st.replicas(1), vec![3, 1, 2], "leader node 1 sits at VA");
+        assert_eq!(st.replicas(3), vec![2, 3, 1]);
+        let bad = |from: &str, to: &str| err(&sites(&good.replace(from, to)));
+        assert!(bad("\"EU\"]", "\"EU\", \"JP\"]").contains("4 site names for 3 replicas"));
+        assert!(bad("[151, 80, 0]]", "[151, 81, 0]]").contains("symmetric"));
+        assert!(bad("[0, 72, 151]", "[5, 72, 151]").contains("distance 0"));
+        assert!(bad("[0, 72, 151],", "[0, 72],").contains("3×3"));
+        assert!(bad("leader_site = \"VA\"", "leader_site = \"JP\"").contains("leader_site `JP`"));
+        assert!(bad("= 10", "= 0").contains("at least 1"));
+        assert!(err(&format!("{}\n[sites]\n{good}\n", GOOD)).contains("remove [workload] clients"));
     }
 
     #[test]

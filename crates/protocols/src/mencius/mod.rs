@@ -801,7 +801,16 @@ impl Mencius {
     /// owner's (Rule 3).
     fn unblock(&mut self, ctx: &mut Ctx<'_>) {
         let s = self.log.exec_next();
-        if s > self.max_seen || self.log.is_committed(s) || self.proposals.contains_key(&s) {
+        if s > self.max_seen {
+            // Idle: nothing to wait for. The stall clock starts when a slot past the
+            // execution point is first seen, not when the execution point last moved — else
+            // the first command after an idle second finds every replica "stuck for long"
+            // and all of them revoke at once, a duel that never ends when a phase 1 round
+            // trip is a good part of the timeout (wide-area RTTs, EPaxos Fig. 4 at 5 sites).
+            self.stuck = (s, ctx.now);
+            return;
+        }
+        if self.log.is_committed(s) || self.proposals.contains_key(&s) {
             return;
         }
         let waited = ctx.now.since(self.stuck.1);

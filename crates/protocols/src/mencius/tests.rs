@@ -127,3 +127,28 @@ fn catch_up_is_pipelined_at_the_round_trip_rate() {
     assert_eq!(net.executed(3), target, "caught up within 4 heartbeats");
     net.assert_agreement();
 }
+
+#[test]
+fn an_idle_cluster_does_not_revoke_when_the_next_command_waits_for_a_skip() {
+    // Wide-area regression (EPaxos Fig. 4 at 5 sites): after an idle spell longer than
+    // 4 × the election timeout, the first command left every replica "stuck for long" at
+    // once (the stall clock ran from the last move of the execution point), so all of them
+    // revoked the owner of the next slot together — a duel that never ended when a phase 1
+    // round trip is a good part of the timeout. The clock now starts when there is something
+    // to wait for.
+    let mut net = net(3);
+    net.run_for(Duration::from_secs(5)); // idle: 5 s > 4 × election_timeout_max
+    let revocations = |net: &Net| -> u64 {
+        (1..=3).map(|i| net.node(i).p.status().extra["revocations"].parse::<u64>().unwrap()).sum()
+    };
+    // Node 1 cannot hear node 2 (whose slot 2 is next) for a moment: node 3's command in
+    // slot 3 leaves node 1's execution point waiting for node 2's skip.
+    net.cut(&[(2, 1)]);
+    net.request(3, 7, 1, put("a", "1"));
+    net.run_for(ProtocolParams::default().heartbeat() * 2);
+    assert_eq!(revocations(&net), 0, "no replica may revoke an owner it has waited for only a heartbeat");
+    net.cut(&[]);
+    net.run_for(Duration::from_secs(2));
+    assert!(net.executed(1) >= 1 && net.executed(3) >= 1);
+    net.assert_agreement();
+}
