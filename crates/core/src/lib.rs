@@ -11,6 +11,7 @@ pub mod batch;
 pub mod client_policy;
 pub mod erasure;
 pub mod kv;
+pub mod lease;
 pub mod log;
 pub mod params;
 pub mod protocol;
