@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// `protocols` (`holipaxos[trim=quorum,compact_every=5000],raft+`).
     #[arg(long)]
     pub protocols: Vec<String>,
+    /// Run the replicas on fixed ports: peers B+i, clients B+100+i, admin B+200+i for
+    /// replica i (default: ports the OS hands out). For machines shared by several users.
+    #[arg(long)]
+    pub base_port: Option<u16>,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -65,6 +69,7 @@ pub fn main(args: Args) -> ExitCode {
             if let Some(o) = run.out {
                 s.out = o;
             }
+            s.base_port = run.base_port;
             match run_scenario(&s) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -20,7 +20,7 @@ use synod_bench::cli::BenchArgs;
 use synod_bench::driver::{self, LoadMode, RateControl, RunBound, Stop};
 use synod_bench::resources::{self, ResourceSample};
 use synod_bench::target::TargetSpec;
-use synod_bench::workload::Workload;
+use synod_bench::workload::{ValueScale, Workload};
 use synod_core::NodeId;
 
 /// Run every variant of the scenario, one after another, each on a fresh cluster that this
@@ -60,7 +60,7 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
         data_dir: Some(cluster_dir.clone()),
         in_memory: s.in_memory,
         fsync: s.fsync,
-        ports: Ports::Free,
+        ports: s.base_port.map_or(Ports::Free, Ports::Base),
         log_level: s.log_level.clone(),
         params: v.params.clone(),
         server_exe: s.server_exe.clone(),
@@ -219,8 +219,10 @@ async fn measure(
         cfg.progress = Some(format!("{} {label}", s.name));
     }
 
+    let value_scale = ValueScale::default();
     let ctx = Arc::new(FireCtx {
         cluster_file: cluster_file.to_path_buf(),
+        value_scale: value_scale.clone(),
         rate: rate.clone(),
         calibrated,
         ramps: Mutex::new(HashMap::new()),
@@ -283,7 +285,7 @@ async fn measure(
             let t = t.clone();
             async move { t.connect(i, key_size).await }
         },
-        Workload::new(spec.clone())?,
+        Workload::new(spec.clone())?.with_value_scale(value_scale),
         &cfg,
         stop.clone(),
     )
@@ -339,6 +341,8 @@ async fn calibrate(
 /// Shared by the steps of one run while it goes on.
 struct FireCtx {
     cluster_file: PathBuf,
+    /// The workload's value-size factor (`value-scale` steps).
+    value_scale: ValueScale,
     rate: Option<RateControl>,
     calibrated: Option<f64>,
     /// Node each CPU ramp resolved at its first step.
@@ -371,6 +375,10 @@ fn fire(kind: &StepKind, t_s: f64, ctx: &FireCtx) -> Result<Vec<String>, String>
                 lines.extend(exec(a).map_err(|e| format!("{} (after: {})", e, lines.join(" | ")))?);
             }
             Ok(lines)
+        }
+        StepKind::ValueScale(f) => {
+            ctx.value_scale.set(*f)?;
+            Ok(vec![format!("value sizes x{f} from now on")])
         }
         StepKind::Rate(r) => {
             let control = ctx.rate.as_ref().ok_or("the run is closed loop")?;
