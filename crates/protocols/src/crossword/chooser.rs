@@ -64,6 +64,10 @@ impl Model {
     }
 }
 
+/// Bytes of one Accept to one follower: (follower, its bytes, bytes queued to it at the send
+/// with its own).
+type Queued = (NodeId, usize, usize);
+
 /// Per-follower response-time models and the choice among candidate configurations.
 #[derive(Debug, Default)]
 pub struct Chooser {
@@ -72,7 +76,7 @@ pub struct Chooser {
     fitted_at: Option<Time>,
     /// Accepts in flight: slot → (sent at, per follower: its bytes and the bytes queued to
     /// it at the send, its own included — the sample's size).
-    sent: BTreeMap<u64, (Time, Vec<(NodeId, usize, usize)>)>,
+    sent: BTreeMap<u64, (Time, Vec<Queued>)>,
     /// Bytes sent to each follower in rounds it has not answered (the queue ahead of a new
     /// Accept on a bandwidth-limited link).
     outstanding: BTreeMap<NodeId, usize>,
