@@ -478,6 +478,34 @@ enum KeyChooser {
     Latest(Zipfian),
 }
 
+/// A factor on every value length drawn, changeable while a run goes on (a scenario's
+/// `value-scale` step: the paper-style "payload size drops from 64 KB to 4 KB" at a given
+/// time); 1 by default. Clones share the factor.
+#[derive(Clone, Debug)]
+pub struct ValueScale(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Default for ValueScale {
+    fn default() -> Self {
+        ValueScale(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1f64.to_bits())))
+    }
+}
+
+impl ValueScale {
+    /// Set the factor (positive and finite; values longer than the workload's largest are
+    /// cut to it).
+    pub fn set(&self, factor: f64) -> Result<(), String> {
+        if !(factor > 0.0 && factor.is_finite()) {
+            return Err(format!("value scale {factor}: must be a positive number"));
+        }
+        self.0.store(factor.to_bits(), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 /// The operation generator of one run. See the module documentation.
 pub struct Workload {
     spec: WorkloadSpec,
@@ -491,6 +519,7 @@ pub struct Workload {
     value_pool: Bytes,
     hot_key: Bytes,
     normal: Option<Normal<f64>>,
+    scale: ValueScale,
 }
 
 impl Workload {
@@ -530,7 +559,14 @@ impl Workload {
             value_pool: Bytes::from(pool),
             hot_key,
             normal,
+            scale: ValueScale::default(),
         })
+    }
+
+    /// Scale every value length by `scale` (shared: the caller may change it during the run).
+    pub fn with_value_scale(mut self, scale: ValueScale) -> Workload {
+        self.scale = scale;
+        self
     }
 
     pub fn spec(&self) -> &WorkloadSpec {
@@ -603,7 +639,11 @@ impl Workload {
 
     /// A value of the configured size distribution, sliced from the random pool.
     pub fn value(&mut self) -> Bytes {
-        let len = self.value_len();
+        let mut len = self.value_len();
+        let factor = self.scale.get();
+        if factor != 1.0 {
+            len = ((len as f64 * factor).round().max(1.0) as usize).min(self.value_pool.len() / 2);
+        }
         let start = self.rng.gen_range(0..=self.value_pool.len() - len);
         self.value_pool.slice(start..start + len)
     }

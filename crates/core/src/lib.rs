@@ -13,6 +13,7 @@ pub mod client_policy;
 pub mod erasure;
 pub mod fuzz;
 pub mod kv;
+pub mod lease;
 pub mod log;
 pub mod params;
 pub mod protocol;

@@ -16,7 +16,8 @@
 //! 4. [`Action::Apply`] hands committed commands to the driver's state machine in the order
 //!    pushed; the driver replies to the client named in it with the result.
 //!    [`Action::Speculate`] applies one provisionally, [`Action::Rollback`] undoes those not
-//!    yet confirmed by an `Apply` ([`crate::speculation`]).
+//!    yet confirmed by an `Apply` ([`crate::speculation`]). [`Action::Read`] answers a
+//!    read-only command from the state machine without a position (lease reads).
 
 use crate::client_policy::RequestMeta;
 use crate::kv::{Command, OpResult};
@@ -198,6 +199,15 @@ pub enum Action {
         pos: Pos,
         cmd: Command,
         reply: Option<ClientRef>,
+    },
+    /// Answer a read-only command from the state machine as it is now, without a log
+    /// position (a lease read, `crate::lease`): the driver runs it on the state with final
+    /// applies only (never a provisional one) and answers `client` with `Done(result)`. The
+    /// protocol is responsible for that state holding every write completed before the
+    /// request arrived (a leader holding a lease, having executed what its election found).
+    Read {
+        client: ClientRef,
+        cmd: Command,
     },
     /// Apply a command provisionally, before it is committed (Nezha's leader, §5.3): if
     /// `reply` names a client of this replica, the driver answers it with

@@ -69,6 +69,14 @@ pub mod mutants {
             build: crate::multipaxos::mutants::build_volatile_accepts,
         },
         ProtocolInfo {
+            name: "multipaxos-lease-unchecked",
+            description: "MultiPaxos with read leases whose leader answers reads locally without checking that its lease is still valid (a deposed leader serves stale reads)",
+            client: leader_policy,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::multipaxos::mutants::build_lease_unchecked,
+        },
+        ProtocolInfo {
             name: "holipaxos-eager-commit",
             description: "HoliPaxos whose followers take a control message as committing every slot they accepted in its ballot (a mutant layer wrapping the HoliPaxos layer)",
             client: leader_policy,

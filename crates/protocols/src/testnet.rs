@@ -137,6 +137,10 @@ impl Net {
                         });
                     }
                 }
+                Action::Read { cmd, .. } => {
+                    let r = node.spec.settled(&node.sm).read(&cmd.op);
+                    self.replies.push(Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(r) });
+                }
                 Action::Speculate { pos, cmd, reply } => {
                     let r = node.spec.speculate(&mut node.sm, pos, &cmd);
                     if let Some(s) = reply {

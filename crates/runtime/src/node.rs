@@ -395,6 +395,11 @@ impl Driver {
                     self.outgoing(Outgoing::Client(client, reply), turn);
                 }
             }
+            Action::Read { client, cmd } => {
+                let result = self.spec.settled(&self.sm).read(&cmd.op);
+                let reply = Reply { client: cmd.client, seq: cmd.seq, from: self.id, body: ReplyBody::Done(result) };
+                self.outgoing(Outgoing::Client(client, reply), turn);
+            }
             Action::Speculate { pos, cmd, reply } => {
                 let result = self.spec.speculate(&mut self.sm, pos, &cmd);
                 if let Some(SpeculativeReply { client, view, digest }) = reply {

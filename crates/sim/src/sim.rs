@@ -128,6 +128,9 @@ pub struct SimConfig {
     pub ops_per_client: usize,
     /// Size of the key set (small, to force conflicts).
     pub keys: usize,
+    /// The first `readers` clients issue only Gets (lease reads: a client stuck on a write
+    /// at a deposed leader never reads from it again; a reader keeps doing so).
+    pub readers: usize,
     /// Virtual duration of the fault phase.
     pub fault_phase: Duration,
     /// After healing, everything must complete and converge within this virtual time.
@@ -188,6 +191,7 @@ impl SimConfig {
             clients: None,
             ops_per_client: 30,
             keys: 3,
+            readers: 0,
             fault_phase: Duration::from_secs(5),
             liveness_timeout: Duration::from_secs(30),
             params: ProtocolParams::default(),
@@ -254,6 +258,8 @@ pub struct RunStats {
     pub partitions: u64,
     /// Scripted membership changes that completed.
     pub membership_changes: u64,
+    /// Reads answered from a leader's lease (`Action::Read`), judged by the history check.
+    pub lease_reads: u64,
     /// Virtual time at the end of the run (ns).
     pub virtual_end: u64,
 }
@@ -1090,6 +1096,18 @@ impl<'a> Sim<'a> {
                     }
                 }
                 Action::Apply { pos, cmd, reply } => self.apply(node, pos, cmd, reply),
+                Action::Read { client, cmd } => {
+                    // A lease read: no position, so no agreement fact; the client's history
+                    // records its result and the linearizability check judges it.
+                    self.log(&who, || format!("lease read c{:x}#{} {:?}", cmd.client, cmd.seq, cmd.op));
+                    self.stats.lease_reads += 1;
+                    let r = &self.replicas[node];
+                    let result = r.settled().read(&cmd.op);
+                    if client.node == id {
+                        let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
+                        self.reply_to_client(node, client.conn, reply);
+                    }
+                }
                 Action::Speculate { pos, cmd, reply } => {
                     // Provisional: not an agreement fact until an Apply confirms it.
                     self.log(&who, || format!("speculate {pos} c{:x}#{} {:?}", cmd.client, cmd.seq, cmd.op));
@@ -1521,7 +1539,7 @@ impl<'a> Sim<'a> {
         let key = format!("k{}", c.rng.gen_range(0..keys));
         let unique = format!("c{ci}.{seq}");
         let roll = c.rng.gen_range(0..100);
-        let kv = if roll < 35 {
+        let kv = if roll < 35 || ci < self.cfg.readers {
             KvOp::Get { key }
         } else if roll < 65 {
             KvOp::Put { key, value: unique }

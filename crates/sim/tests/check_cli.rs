@@ -12,6 +12,7 @@ fn args(protocol: &str) -> CheckArgs {
         replicas: 3,
         faults: "all".into(),
         ops: 10,
+        readers: 0,
         trace: false,
         export_history: None,
         params: Vec::new(),

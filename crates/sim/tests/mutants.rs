@@ -102,12 +102,18 @@ fn first_failure(
     None
 }
 
+/// Lease mutants need a client that only reads: the others get stuck on a write at a
+/// deposed leader and never read from it again (`synod check --readers 1` does the same).
+fn readers_for(info: &ProtocolInfo) -> usize {
+    usize::from(info.name.contains("lease"))
+}
+
 /// The first seed where a *safety* checker fires (a liveness failure of a mutant may be an
 /// unrelated bug of the base protocol, so it does not count as catching the mutant).
 fn first_safety_failure(info: &'static ProtocolInfo, seeds: std::ops::Range<u64>) -> Option<(u64, FailureKind)> {
     for seed in seeds {
         let replicas = if seed % 2 == 1 { 5 } else { 3 };
-        let report = run(&SimConfig { replicas, ..SimConfig::new(info, seed) });
+        let report = run(&SimConfig { replicas, readers: readers_for(info), ..SimConfig::new(info, seed) });
         match report.failure {
             Some(f) if f.kind != FailureKind::Liveness => return Some((seed, f.kind)),
             _ => {}
@@ -188,4 +194,57 @@ fn acknowledgements_without_persistence_are_caught_with_and_without_whole_cluste
          crashes as the only crashes, {without} with minority crashes only"
     );
     assert!(with > 0 && only_all > 0 && without > 0);
+}
+
+/// Read leases: a leader cut off from every other replica while clients still reach it. The
+/// others elect a new leader and complete writes; the mutant that answers reads without
+/// checking its lease serves stale values from the deposed leader (caught by the
+/// linearizability check), while real leases (`read_lease=on`) expire before anyone else
+/// can be elected, in the same schedules.
+#[test]
+fn lease_reads_of_a_deposed_leader_are_caught() {
+    use std::time::Duration;
+    use synod_sim::sim::ScriptedCut;
+    let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == "multipaxos-lease-unchecked").unwrap();
+    let real = synod_protocols::find("multipaxos").unwrap();
+    let shape = |info: &'static ProtocolInfo, seed: u64| {
+        let mut cfg = SimConfig {
+            replicas: 3,
+            faults: FaultSet::none(),
+            fault_phase: Duration::from_secs(8),
+            ops_per_client: 400,
+            clients: Some(4),
+            readers: 1,
+            script: vec![ScriptedCut { at: Duration::from_secs(2), links: vec![(1, 2), (1, 3)], leader_as: Some(1) }],
+            ..SimConfig::new(info, seed)
+        };
+        cfg.params.options.insert("read_lease".into(), "on".into());
+        run(&cfg)
+    };
+    let mut caught = 0;
+    for seed in 0..10 {
+        let bad = shape(mutant, seed);
+        if bad.failure.as_ref().is_some_and(|f| f.kind == FailureKind::Linearizability) {
+            caught += 1;
+        }
+        let good = shape(real, seed);
+        assert!(good.failure.is_none(), "seed {seed}: real leases failed: {:?}", good.failure);
+        assert!(good.stats.lease_reads > 0, "seed {seed}: no lease reads");
+    }
+    println!("multipaxos-lease-unchecked: caught in {caught} of 10 scripted schedules");
+    assert!(caught > 0, "the lease mutant survived every scripted schedule");
+}
+
+#[test]
+#[ignore]
+fn lease_mutant_random_detection_rate() {
+    let m = synod_protocols::mutants::all().iter().find(|m| m.name == "multipaxos-lease-unchecked").unwrap();
+    let n = (0..1000u64)
+        .filter(|&seed| {
+            let replicas = if seed % 2 == 1 { 5 } else { 3 };
+            let report = run(&SimConfig { replicas, readers: 1, ..SimConfig::new(m, seed) });
+            report.failure.is_some_and(|f| f.kind != FailureKind::Liveness)
+        })
+        .count();
+    println!("multipaxos-lease-unchecked: {n} of 1000 random schedules with one reader fail");
 }

@@ -20,7 +20,7 @@ use synod_bench::cli::BenchArgs;
 use synod_bench::driver::{self, LoadMode, RateControl, RunBound, Stop};
 use synod_bench::resources::{self, ResourceSample};
 use synod_bench::target::TargetSpec;
-use synod_bench::workload::Workload;
+use synod_bench::workload::{ValueScale, Workload};
 use synod_core::NodeId;
 
 /// Run every variant of the scenario, one after another, each on a fresh cluster that this
@@ -321,8 +321,10 @@ async fn measure(
         cfg.progress = Some(format!("{} {label}", s.name));
     }
 
+    let value_scale = ValueScale::default();
     let ctx = Arc::new(FireCtx {
         cluster_file: cluster_file.to_path_buf(),
+        value_scale: value_scale.clone(),
         rate: rate.clone(),
         calibrated,
         ramps: Mutex::new(HashMap::new()),
@@ -415,7 +417,7 @@ async fn measure(
                 Ok::<_, synod_bench::target::TargetError>(synod_bench::sites::SiteTarget::new(inner, site, rec))
             }
         },
-        Workload::new(spec.clone())?,
+        Workload::new(spec.clone())?.with_value_scale(value_scale),
         &cfg,
         stop.clone(),
     )
@@ -479,6 +481,8 @@ async fn calibrate(
 /// Shared by the steps of one run while it goes on.
 struct FireCtx {
     cluster_file: PathBuf,
+    /// The workload's value-size factor (`value-scale` steps).
+    value_scale: ValueScale,
     rate: Option<RateControl>,
     calibrated: Option<f64>,
     /// Node each CPU ramp resolved at its first step.
@@ -511,6 +515,10 @@ fn fire(kind: &StepKind, t_s: f64, ctx: &FireCtx) -> Result<Vec<String>, String>
                 lines.extend(exec(a).map_err(|e| format!("{} (after: {})", e, lines.join(" | ")))?);
             }
             Ok(lines)
+        }
+        StepKind::ValueScale(f) => {
+            ctx.value_scale.set(*f)?;
+            Ok(vec![format!("value sizes x{f} from now on")])
         }
         StepKind::Rate(r) => {
             let control = ctx.rate.as_ref().ok_or("the run is closed loop")?;

@@ -184,6 +184,8 @@ pub enum StepKind {
     Faults(Vec<Action>),
     /// Change the open-loop rate.
     Rate(RateSpec),
+    /// Multiply every value size the workload draws from now on by this (`value-scale X`).
+    ValueScale(f64),
     /// One step of CPU ramp number `ramp`: quota `pct` on the node its first step resolved.
     Ramp {
         /// Which ramp of the schedule (0, 1, ...).
@@ -394,6 +396,13 @@ fn parse_action(
     let step = |kind| Step { at, text: norm.clone(), kind, marker: true };
     match words.as_slice() {
         [] => Err("empty action".into()),
+        ["value-scale", rest @ ..] => match rest {
+            [x] => match x.parse::<f64>() {
+                Ok(f) if f > 0.0 && f.is_finite() => Ok(vec![step(StepKind::ValueScale(f))]),
+                _ => Err(format!("action `{norm}`: `{x}` is not a positive factor")),
+            },
+            _ => Err(format!("action `{norm}`: expected `value-scale FACTOR` (e.g. 0.0625 for 64 KB -> 4 KB)")),
+        },
         ["rate", rest @ ..] => match rest {
             [r] => Ok(vec![step(StepKind::Rate(RateSpec::parse(r)?))]),
             _ => Err(format!("action `{norm}`: expected `rate OPS` or `rate PCT%`")),

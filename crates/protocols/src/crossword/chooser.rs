@@ -64,14 +64,22 @@ impl Model {
     }
 }
 
+/// Bytes of one Accept to one follower: (follower, its bytes, bytes queued to it at the send
+/// with its own).
+type Queued = (NodeId, usize, usize);
+
 /// Per-follower response-time models and the choice among candidate configurations.
 #[derive(Debug, Default)]
 pub struct Chooser {
     samples: BTreeMap<NodeId, VecDeque<(Time, f64, f64)>>,
     models: BTreeMap<NodeId, Model>,
     fitted_at: Option<Time>,
-    /// Accepts in flight: slot → (sent at, bytes sent to each follower).
-    sent: BTreeMap<u64, (Time, Vec<(NodeId, usize)>)>,
+    /// Accepts in flight: slot → (sent at, per follower: its bytes and the bytes queued to
+    /// it at the send, its own included — the sample's size).
+    sent: BTreeMap<u64, (Time, Vec<Queued>)>,
+    /// Bytes sent to each follower in rounds it has not answered (the queue ahead of a new
+    /// Accept on a bandwidth-limited link).
+    outstanding: BTreeMap<NodeId, usize>,
 }
 
 impl Chooser {
@@ -82,22 +90,41 @@ impl Chooser {
             if now.since(at) <= WINDOW {
                 break;
             }
-            self.sent.remove(&s);
+            if let Some((_, left)) = self.sent.remove(&s) {
+                for (p, size, _) in left {
+                    self.release(p, size);
+                }
+            }
         }
+        let bytes = bytes
+            .into_iter()
+            .map(|(p, size)| {
+                let queued = self.outstanding.entry(p).or_default();
+                *queued += size;
+                (p, size, *queued)
+            })
+            .collect();
         self.sent.insert(slot, (now, bytes));
+    }
+
+    fn release(&mut self, peer: NodeId, size: usize) {
+        if let Some(q) = self.outstanding.get_mut(&peer) {
+            *q = q.saturating_sub(size);
+        }
     }
 
     /// `from` accepted `slot` at `now`: one sample.
     pub fn on_ack(&mut self, now: Time, from: NodeId, slot: u64) {
         let Some((at, bytes)) = self.sent.get_mut(&slot) else { return };
-        let Some(i) = bytes.iter().position(|(p, _)| *p == from) else { return };
-        let (_, size) = bytes.swap_remove(i);
+        let Some(i) = bytes.iter().position(|(p, _, _)| *p == from) else { return };
+        let (_, size, queued) = bytes.swap_remove(i);
         let rtt = now.since(*at).as_secs_f64();
         if bytes.is_empty() {
             self.sent.remove(&slot);
         }
+        self.release(from, size);
         let q = self.samples.entry(from).or_default();
-        q.push_back((now, size as f64, rtt));
+        q.push_back((now, queued as f64, rtt));
         if q.len() > MAX_SAMPLES {
             q.pop_front();
         }
@@ -152,7 +179,13 @@ impl Chooser {
                 continue;
             }
             let per = (c.min(d) as f64) * bytes as f64 / d as f64;
-            let mut est: Vec<f64> = followers.iter().filter_map(|p| self.model(*p)).map(|m| m.estimate(per)).collect();
+            let mut est: Vec<f64> = followers
+                .iter()
+                .filter_map(|p| {
+                    let queued = self.outstanding.get(p).copied().unwrap_or(0) as f64;
+                    self.model(*p).map(|m| m.estimate(queued + per))
+                })
+                .collect();
             // §4.3: a follower without samples in the window is not counted as healthy.
             if est.len() < need {
                 continue;

@@ -43,7 +43,7 @@ use crate::multipaxos::{MultiPaxos, Variant};
 use crate::registry::Setup;
 use synod_core::{Protocol, ProtocolParams};
 
-/// `config` (adaptive | rotate | c) and `gossip_gap` (bytes).
+/// `config` (adaptive | rotate | c) and `gossip_gap` (bytes, or `off`: only once the log stops growing).
 pub(crate) fn parse(params: &ProtocolParams) -> Result<(Mode, usize), String> {
     let mode = match params.options.get("config").map(String::as_str) {
         None | Some("adaptive") => Mode::Adaptive,
@@ -55,8 +55,11 @@ pub(crate) fn parse(params: &ProtocolParams) -> Result<(Mode, usize), String> {
                 .ok_or_else(|| format!("option config: expected adaptive, rotate or a shard count ≥ 1, got {c:?}"))?,
         ),
     };
-    let gap = match params.options.get("gossip_gap") {
+    let gap = match params.options.get("gossip_gap").map(String::as_str) {
         None => DEFAULT_GAP,
+        // Never while the log grows: followers complete slots only once it stops (RSPaxos
+        // as the paper runs it, "no gossiping"; the leader holds every value).
+        Some("off") => usize::MAX,
         Some(g) => g.parse().map_err(|_| format!("option gossip_gap: expected bytes, got {g:?}"))?,
     };
     Ok((mode, gap))

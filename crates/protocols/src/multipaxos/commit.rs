@@ -22,6 +22,7 @@ impl MultiPaxos {
             Some(beat) => ctx.broadcast(&Msg::Layer(beat)),
             None => ctx.broadcast(&Msg::Heartbeat { ballot: self.promised, commit_upto: self.log.committed_prefix() }),
         }
+        self.lease_request(ctx);
         let every = self.params.heartbeat() * self.layer.heartbeat_penalty(ctx.now);
         ctx.set_timer(TIMER_HEARTBEAT, every);
     }

@@ -48,6 +48,8 @@ impl MultiPaxos {
         self.prepare_quorum =
             self.variant.quorum_override.unwrap_or_else(|| self.codec.prepare_quorum(self.members.len()));
         ctx.push(Action::MembershipChanged { members: self.member_infos() });
+        // Grants were counted against the old configuration.
+        self.lease_reset();
         changed
     }
 

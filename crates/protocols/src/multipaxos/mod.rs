@@ -20,7 +20,9 @@
 //! 5. **Membership** (`membership.rs`) — single-server changes through the log.
 //! 6. **Trimming and snapshots** (`snapshot.rs`) — periodic or layer-bounded log trimming,
 //!    durable compaction, on-demand snapshot transfer.
-//! 7. **Durability** (here, `recover`) — promises and accepted values are persisted before
+//! 7. **Read leases** (`lease.rs`, option `read_lease=on`) — a leader holding a lease
+//!    granted by enough acceptors answers reads from its state machine, without a log slot.
+//! 8. **Durability** (here, `recover`) — promises and accepted values are persisted before
 //!    the messages that depend on them leave (the driver contract in
 //!    `synod_core::protocol`); on restart the records are replayed and the committed prefix
 //!    is re-executed.
@@ -32,12 +34,14 @@
 //! many promises elect a leader and how phase 1 rebuilds a value from the pieces reported:
 //! Crossword and RSPaxos are MultiPaxos with an erasure-coding codec.
 //!
-//! Reads go through the log (no leases yet), so every operation is linearizable.
+//! Reads go through the log unless `read_lease=on` (`lease.rs`); either way every operation
+//! is linearizable.
 
 mod catchup;
 mod commit;
 mod fill;
 mod layer;
+mod lease;
 mod membership;
 mod msg;
 mod phase1;
@@ -91,6 +95,9 @@ pub(crate) struct Variant {
     /// Acceptors keep accepted values in memory only (unsafe: a crash of the replicas that
     /// accepted a chosen value, e.g. the whole cluster at once, loses it).
     pub volatile_accepts: bool,
+    /// A leader answers lease reads whether or not its lease is still valid (unsafe: a
+    /// deposed leader that does not know it yet serves stale reads).
+    pub lease_reads_unchecked: bool,
 }
 
 /// One log slot: the value and the ballot it was accepted in.
@@ -242,6 +249,8 @@ pub struct MultiPaxos {
     /// The payload codec ([`FullCopy`] for plain MultiPaxos).
     codec: Box<dyn PayloadCodec>,
     filling: Filling,
+    /// Read leases (`lease.rs`; `None` unless `read_lease=on`).
+    leases: Option<lease::Leases>,
 }
 
 impl MultiPaxos {
@@ -278,8 +287,10 @@ impl MultiPaxos {
         if members.is_empty() {
             return Err("members is empty".into());
         }
-        let options: Vec<&str> = layer.options().iter().chain(codec.options()).copied().collect();
+        let options: Vec<&str> =
+            layer.options().iter().chain(codec.options()).chain(lease::LEASE_OPTIONS).copied().collect();
         setup.params.check_options(name, &options)?;
+        let leases = lease::Leases::from_params(&setup.params)?;
         let compaction = layer.compaction();
         let quorum = variant.quorum_override.unwrap_or_else(|| majority(members.len()));
         let prepare_quorum = variant.quorum_override.unwrap_or_else(|| codec.prepare_quorum(members.len()));
@@ -332,6 +343,7 @@ impl MultiPaxos {
             layer,
             codec,
             filling: Filling::default(),
+            leases,
         })
     }
 
@@ -421,6 +433,7 @@ impl Protocol for MultiPaxos {
         }
         self.persisted_commit = commit_upto;
         self.leader_commit = commit_upto;
+        self.lease_restart(ctx.now);
         self.execute(ctx);
         if self.n() == 1 && self.is_member() {
             self.start_election(ctx);
@@ -473,6 +486,8 @@ impl Protocol for MultiPaxos {
                     Msg::Layer(msg) => self.on_layer_msg(ctx, from, msg),
                     Msg::FillReq { asks } => self.on_fill_req(ctx, from, asks),
                     Msg::Fill { pieces } => self.on_fill(ctx, from, pieces),
+                    Msg::LeaseReq { ballot, round } => self.on_lease_req(ctx, from, ballot, round),
+                    Msg::LeaseAck { ballot, round } => self.on_lease_ack(from, ballot, round),
                 }
             }
             Event::Request { client, cmd, meta } => self.on_client_request(ctx, client, cmd, meta),
@@ -518,6 +533,7 @@ impl Protocol for MultiPaxos {
         }
         self.layer.status(self, &mut extra);
         self.codec.status(&mut extra);
+        self.lease_status(&mut extra);
         if let Some(e) = &self.broken {
             extra.insert("error".into(), e.clone());
         }
@@ -585,6 +601,14 @@ pub(crate) mod mutants {
     /// Followers acknowledge Accepts without persisting them.
     pub fn build_volatile_accepts(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
         Ok(Box::new(MultiPaxos::new(setup, Variant { volatile_accepts: true, ..Variant::default() })?))
+    }
+
+    /// With `read_lease=on` forced: the leader answers reads locally without checking that
+    /// its lease is still valid.
+    pub fn build_lease_unchecked(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        let mut setup = setup.clone();
+        setup.params.options.insert("read_lease".into(), "on".into());
+        Ok(Box::new(MultiPaxos::new(&setup, Variant { lease_reads_unchecked: true, ..Variant::default() })?))
     }
 }
 

@@ -140,6 +140,11 @@ pub enum Msg {
     FillReq { asks: Vec<(u64, Vec<u16>)> },
     /// The answer: the parts of those slots this replica holds.
     Fill { pieces: Vec<(u64, Value)> },
+    /// The leader of `ballot` asks for a read lease (`lease.rs`), sent with each heartbeat.
+    LeaseReq { ballot: Ballot, round: u64 },
+    /// A follower of `ballot` granted lease round `round`: it refuses phase 1 of any other
+    /// candidate for the lease duration on its clock.
+    LeaseAck { ballot: Ballot, round: u64 },
 }
 
 /// What MultiPaxos persists. Replayed in order on restart.

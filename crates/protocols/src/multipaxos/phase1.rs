@@ -21,8 +21,9 @@ impl MultiPaxos {
         if self.role == Role::Leader {
             return;
         }
-        if !self.is_member() {
-            // A learner or a removed replica: keep following, never campaign.
+        if !self.is_member() || self.lease_blocks(ctx.now, self.id) {
+            // A learner or a removed replica: keep following, never campaign. Nor while a
+            // lease we granted to another leader runs (`lease.rs`): our own vote is bound.
             self.reset_election_timer(ctx);
             return;
         }
@@ -70,6 +71,7 @@ impl MultiPaxos {
         self.role = Role::Candidate;
         self.leader = if fresh { None } else { Some(self.id) };
         self.in_flight.clear();
+        self.lease_reset();
         if fresh {
             self.layer.on_campaign(ctx.now, ballot);
         }
@@ -126,6 +128,11 @@ impl MultiPaxos {
             return;
         }
         let reprepare = ballot == self.promised && ballot.node == from;
+        if !reprepare && self.lease_blocks(ctx.now, from) {
+            // We granted another leader a lease that still runs (`lease.rs`): no promise;
+            // the candidate tries again after its election timeout.
+            return;
+        }
         if !reprepare {
             // The layer may refuse first (HoliPaxos: a probe, or a churner under Rule 3).
             let now = ctx.now;
@@ -286,6 +293,8 @@ impl MultiPaxos {
         if let Some(s) = self.config_pending {
             self.next_slot = s + 1;
         }
+        // Lease reads wait until every slot the election found is executed.
+        self.lease_floor(self.next_slot - 1);
         if !records.is_empty() {
             self.persist(ctx, &records);
         }
@@ -311,6 +320,7 @@ impl MultiPaxos {
         self.role = Role::Follower;
         self.leader = leader;
         self.election = None;
+        self.lease_reset();
         self.in_flight.clear();
         if was == Role::Leader {
             ctx.cancel_timer(TIMER_HEARTBEAT);

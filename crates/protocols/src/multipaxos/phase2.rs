@@ -19,6 +19,8 @@ impl MultiPaxos {
     /// A client request: the leader queues and proposes it, a candidate holds it, anyone else
     /// redirects.
     pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
+        // A read the lease covers is answered at once, without a slot (`lease.rs`).
+        let Some(cmd) = self.try_lease_read(ctx, client, cmd) else { return };
         match self.role {
             Role::Leader => {
                 self.queue.push(Some(client), cmd);
