@@ -49,4 +49,12 @@ for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchu
   echo "== $p $*: $SEEDS5 seeds, 3 replicas, all faults"
   "$bin" check --protocol "$p" "${params[@]}" --seeds "$SEEDS5" --start-seed 2000000 --faults all || status=1
 done
+# Nezha with clocks that jump (±200 ms, backwards too) and change drift during the run, and
+# its ablation options (quorum checks at the leader, release on arrival).
+echo "== nezha: $SEEDS5 seeds, 3 replicas, all faults + clock-jump"
+"$bin" check --protocol nezha --seeds "$SEEDS5" --start-seed 3000000 --faults all,clock-jump || status=1
+for opts in "offload=false" "dom=false"; do
+  echo "== nezha $opts: $((SEEDS5 / 2)) seeds, 3 replicas, all faults"
+  "$bin" check --protocol nezha --param "$opts" --seeds "$((SEEDS5 / 2))" --start-seed 2000000 --faults all || status=1
+done
 exit $status

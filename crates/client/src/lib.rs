@@ -599,6 +599,7 @@ fn describe(body: &ReplyBody) -> String {
         ReplyBody::NotLeader { leader: None } => "no leader known (election?)".into(),
         ReplyBody::Rejected { reason } => format!("rejected: {reason}"),
         ReplyBody::Speculative { view, .. } => format!("speculative reply (view {view})"),
+        ReplyBody::SlowReply { view } => format!("slow reply (view {view})"),
         ReplyBody::Invalid { reason } => format!("invalid: {reason}"),
     }
 }

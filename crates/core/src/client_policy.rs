@@ -148,6 +148,11 @@ pub trait ClientPolicy: Send {
     fn on_timer(&mut self, cx: &mut ClientCtx<'_>, id: u64);
     /// The host could not deliver a send to `node` (connection refused or closed).
     fn on_unreachable(&mut self, cx: &mut ClientCtx<'_>, node: NodeId);
+    /// Counters of how requests finished, for hosts that report them (Nezha's proxy: fast
+    /// and slow commits). Empty by default.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Timing knobs shared by the policies here.

@@ -97,6 +97,10 @@ pub enum ReplyBody {
     /// (Nezha fast path: `view` and `digest` must match across a super quorum). `result` is
     /// present only in the leader's reply.
     Speculative { view: u64, digest: u64, result: Option<OpResult> },
+    /// A follower's slow-reply (Nezha §5.4): it has synced its log with the leader of
+    /// `view` up to this request. Counts towards a client-side quorum with the leader's
+    /// speculative reply of the same view; never final on its own.
+    SlowReply { view: u64 },
     /// The request is invalid (e.g. value too large); the client must not retry.
     Invalid { reason: String },
 }

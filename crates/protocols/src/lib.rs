@@ -116,6 +116,14 @@ pub mod mutants {
             tolerates: crate::registry::minority,
             build: crate::nezha::mutants::build_small_quorum,
         },
+        ProtocolInfo {
+            name: "nezha-small-super-quorum",
+            description: "Nezha whose proxy commits on the fast path with f + ceil(f/2) matching replies, one short of the super quorum",
+            client: crate::nezha::proxy::policy_small_super_quorum,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::nezha::build,
+        },
     ];
 
     pub fn all() -> &'static [ProtocolInfo] {

@@ -140,8 +140,8 @@ static REGISTRY: &[ProtocolInfo] = &[
     },
     ProtocolInfo {
         name: "nezha",
-        description: "Nezha: deadline-ordered multicast (DOM), leader log with log-modifications and sync-points, fast-path hashes and proxy quorum checks, VR-style view change; clients use any replica (it relays with a deadline)",
-        client: home_policy,
+        description: "Nezha: deadline-ordered multicast (DOM) by a proxy in the client, leader's speculative fast-reply + followers' hashes (super quorum f+ceil(f/2)+1), slow path on leader + f slow-replies, VR-style view change; options commutativity, offload, dom, speculate",
+        client: crate::nezha::proxy::policy,
         order: Order::Total,
         tolerates: minority,
         build: crate::nezha::build,

@@ -24,7 +24,7 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
     pub replicas: u64,
     /// Faults to inject: comma list of partition, crash, crash-wipe, loss, dup, reorder,
-    /// skew; or "all" (everything but crash-wipe) or "none".
+    /// skew, clock-jump; or "all" (everything but crash-wipe and clock-jump) or "none".
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Operations per simulated client.
@@ -154,6 +154,8 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
     let mut code = 0;
     // counter -> (schedules where it was non-zero, total over schedules)
     let mut paths: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    // Client-policy counters: name -> (schedules where it was non-zero, total).
+    let mut client_paths: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
     for &seed in &seeds {
         let report = sim::run(&config(seed, args.trace));
         if let Some(last) = report.probes.last() {
@@ -171,6 +173,11 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
                     e.1 += total;
                 }
             }
+        }
+        for (k, v) in &report.stats.client_counters {
+            let e = client_paths.entry(k).or_default();
+            e.0 += u64::from(*v > 0);
+            e.1 += v;
         }
         summary.schedules += 1;
         summary.operations += report.history.ops.len() as u64;
@@ -242,6 +249,16 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         let parts: Vec<String> =
             paths.iter().map(|(k, (sched, total))| format!("{k} in {sched} schedules ({total} in all)")).collect();
         println!("  paths (at the end of each run, summed over replicas): {}", parts.join(", "));
+    }
+    if !client_paths.is_empty() {
+        let total: u64 = client_paths.values().map(|(_, t)| t).sum();
+        let parts: Vec<String> = client_paths
+            .iter()
+            .map(|(k, (sched, t))| {
+                format!("{k} {t} ({:.1}%, in {sched} schedules)", 100.0 * *t as f64 / total.max(1) as f64)
+            })
+            .collect();
+        println!("  client outcomes (summed over clients): {}", parts.join(", "));
     }
     code
 }

@@ -53,9 +53,14 @@ pub struct FaultSet {
     pub dup: bool,
     pub reorder: bool,
     pub skew: bool,
+    /// Clocks that jump (up to ±`JUMP_MAX`, forwards or backwards) and change their drift
+    /// (within ±`DRIFT_MAX_PPM`) at random moments of the fault phase. Off in `all`: only
+    /// for protocols whose correctness claims not to depend on clocks (Nezha).
+    pub clock_jump: bool,
 }
 
-const FAULT_NAMES: &[&str] = &["partition", "crash", "crash-all", "crash-wipe", "loss", "dup", "reorder", "skew"];
+const FAULT_NAMES: &[&str] =
+    &["partition", "crash", "crash-all", "crash-wipe", "loss", "dup", "reorder", "skew", "clock-jump"];
 
 impl FaultSet {
     /// Every fault except `crash-wipe`.
@@ -69,6 +74,7 @@ impl FaultSet {
             dup: true,
             reorder: true,
             skew: true,
+            clock_jump: false,
         }
     }
 
@@ -82,9 +88,10 @@ impl FaultSet {
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match name {
                 "all" => {
-                    let wipe = f.crash_wipe;
+                    let (wipe, jump) = (f.crash_wipe, f.clock_jump);
                     f = FaultSet::all();
                     f.crash_wipe = wipe;
+                    f.clock_jump = jump;
                 }
                 "none" => {}
                 "partition" => f.partition = true,
@@ -95,6 +102,7 @@ impl FaultSet {
                 "dup" => f.dup = true,
                 "reorder" => f.reorder = true,
                 "skew" => f.skew = true,
+                "clock-jump" => f.clock_jump = true,
                 other => return Err(format!("unknown fault {other:?}; known: all, none, {}", FAULT_NAMES.join(", "))),
             }
         }
@@ -103,8 +111,17 @@ impl FaultSet {
 
     /// The canonical comma list (for replay commands).
     pub fn to_list(&self) -> String {
-        let on =
-            [self.partition, self.crash, self.crash_all, self.crash_wipe, self.loss, self.dup, self.reorder, self.skew];
+        let on = [
+            self.partition,
+            self.crash,
+            self.crash_all,
+            self.crash_wipe,
+            self.loss,
+            self.dup,
+            self.reorder,
+            self.skew,
+            self.clock_jump,
+        ];
         let names: Vec<&str> = FAULT_NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect();
         if names.is_empty() {
             "none".into()
@@ -262,6 +279,9 @@ pub struct RunStats {
     pub lease_reads: u64,
     /// Virtual time at the end of the run (ns).
     pub virtual_end: u64,
+    /// The client policies' counters (`ClientPolicy::counters`, e.g. Nezha's fast and slow
+    /// commits), summed over the clients.
+    pub client_counters: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -536,22 +556,57 @@ struct Replica {
 }
 
 /// A replica's or a client's clock: an offset and a drift against virtual time (both zero
-/// unless the skew fault is on).
+/// unless the skew fault is on), and with the clock-jump fault up to `JUMPS` changes during
+/// the run, each a jump of the offset and a new drift.
 #[derive(Clone, Copy, Debug, Default)]
 struct Clock {
     skew_ns: i64,
     drift_ppm: i64,
+    /// (virtual time, offset jump in ns, drift change in ppm); unused slots have time 0
+    /// and no effect.
+    jumps: [(u64, i64, i64); JUMPS],
 }
+
+/// The clock-jump fault's bounds: changes per clock, largest jump, drift range.
+const JUMPS: usize = 3;
+const JUMP_MAX: i64 = 200 * MS as i64;
+const DRIFT_MAX_PPM: i64 = 500;
 
 impl Clock {
     /// A random clock within the skew fault's bounds (±300 ms, ±500 ppm).
     fn skewed(rng: &mut Rng) -> Clock {
-        Clock { skew_ns: rng.gen_range(-300 * MS as i64..=300 * MS as i64), drift_ppm: rng.gen_range(-500..=500) }
+        Clock {
+            skew_ns: rng.gen_range(-300 * MS as i64..=300 * MS as i64),
+            drift_ppm: rng.gen_range(-500..=500),
+            jumps: Default::default(),
+        }
+    }
+
+    /// Add up to `JUMPS` changes in the first `within` ns of the run: the offset jumps by
+    /// up to ±`JUMP_MAX` (backwards too) and the drift moves to a new value in
+    /// ±`DRIFT_MAX_PPM`.
+    fn with_jumps(mut self, rng: &mut Rng, within: u64) -> Clock {
+        let mut drift = self.drift_ppm;
+        let mut at: Vec<u64> = (0..rng.gen_range(1..=JUMPS)).map(|_| rng.gen_range(1..within.max(2))).collect();
+        at.sort_unstable();
+        for (slot, t) in self.jumps.iter_mut().zip(at) {
+            let new_drift = rng.gen_range(-DRIFT_MAX_PPM..=DRIFT_MAX_PPM);
+            *slot = (t, rng.gen_range(-JUMP_MAX..=JUMP_MAX), new_drift - drift);
+            drift = new_drift;
+        }
+        self
     }
 
     fn local_time(&self, now: u64) -> Time {
-        let drift = (now as i128 * self.drift_ppm as i128 / 1_000_000) as i64;
-        Time((CLOCK_BASE + self.skew_ns + now as i64 + drift) as u64)
+        let mut drift = now as i128 * self.drift_ppm as i128 / 1_000_000;
+        let mut offset = self.skew_ns;
+        for &(at, jump, ddrift) in &self.jumps {
+            if at > 0 && at <= now {
+                offset += jump;
+                drift += (now - at) as i128 * ddrift as i128 / 1_000_000;
+            }
+        }
+        Time((CLOCK_BASE + offset + now as i64 + drift as i64).max(0) as u64)
     }
 
     /// A duration on this (drifting) clock, in virtual nanoseconds.
@@ -675,6 +730,11 @@ pub fn run(cfg: &SimConfig) -> RunReport {
     sim.stats.ops_completed = history.ops.iter().filter(|o| o.ret.is_some()).count() as u64;
     sim.stats.ops_indeterminate = history.ops.len() as u64 - sim.stats.ops_completed;
     sim.stats.ops_rejected = history.ops.iter().filter(|o| o.is_rejected()).count() as u64;
+    for c in &sim.clients {
+        for (k, v) in c.policy.counters() {
+            *sim.stats.client_counters.entry(k).or_default() += v;
+        }
+    }
     let trace = sim.trace.take().unwrap_or_default();
     let end = Duration::from_nanos(sim.now);
     sim.probe(end);
@@ -704,7 +764,10 @@ impl<'a> Sim<'a> {
             .iter()
             .enumerate()
             .map(|(i, &id)| {
-                let clock = if f.skew { Clock::skewed(&mut setup_rng) } else { Clock::default() };
+                let mut clock = if f.skew { Clock::skewed(&mut setup_rng) } else { Clock::default() };
+                if f.clock_jump {
+                    clock = clock.with_jumps(&mut setup_rng, cfg.fault_phase.as_nanos() as u64);
+                }
                 Replica {
                     id,
                     proto: None,
@@ -729,7 +792,10 @@ impl<'a> Sim<'a> {
                 let mut rng = derive_rng(cfg.seed, STREAM_CLIENT, i as u64);
                 let session = rng.gen_range(1..u64::MAX);
                 let home = rng.gen_range(0..n);
-                let clock = if f.skew { Clock::skewed(&mut rng) } else { Clock::default() };
+                let mut clock = if f.skew { Clock::skewed(&mut rng) } else { Clock::default() };
+                if f.clock_jump {
+                    clock = clock.with_jumps(&mut rng, cfg.fault_phase.as_nanos() as u64);
+                }
                 Client {
                     session,
                     rng,

@@ -133,7 +133,7 @@ impl ClientPolicy for IdemPolicy {
                 }
             }
             // IDEM replicas neither redirect nor answer speculatively.
-            ReplyBody::NotLeader { .. } | ReplyBody::Speculative { .. } => {}
+            ReplyBody::NotLeader { .. } | ReplyBody::Speculative { .. } | ReplyBody::SlowReply { .. } => {}
         }
     }
 

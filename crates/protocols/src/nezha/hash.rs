@@ -38,7 +38,7 @@ pub fn cmd_digest(cmd: &Command) -> u64 {
 }
 
 /// The running set hash of a log.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SetHash {
     /// Over every entry.
     all: u64,

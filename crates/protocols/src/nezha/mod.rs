@@ -22,12 +22,17 @@
 //!   the later entries found on ⌈f/2⌉ + 1 of them, sorted by deadline.
 //!
 //! Choices where the paper leaves room, and deviations:
-//! - **plain clients**: a client that talks to one replica makes that replica the request's
-//!   proxy: it stamps the deadline from its own one-way-delay estimates to its peers (§3's
-//!   estimator over the `sent_at` of peer messages) and relays the request to every peer.
-//!   That replica answers the client with `Done` when it executes the request at the
-//!   commit-point (slow-path latency plus one message for followers' replies), so plain
-//!   clients never depend on speculation.
+//! - **proxies** (§4): the registry's client policy is [`proxy::NezhaProxy`]; it stamps
+//!   `RequestMeta { sent_at, ext: ProxyStamp { bound } }` and multicasts. A replica takes
+//!   the deadline as the command's time (`now_ms`), so all copies are identical, answers a
+//!   fast-reply on release (the leader with its speculative result) and, a follower, a
+//!   `SlowReply` once synced. Followers persist what they release before fast-replying.
+//!   Options `offload=false` (the leader answers `Done` at execution) and `dom=false`
+//!   (release on arrival) are the §9.3 ablations.
+//! - **plain clients**: a request without a stamp makes the receiving replica its proxy: it
+//!   stamps the deadline from its own one-way-delay estimates to its peers (§3's estimator
+//!   over the `sent_at` of peer messages), relays it, and answers `Done` at the
+//!   commit-point.
 //! - **speculative execution** (§5.3): the leader executes each entry when it appends it
 //!   (`Action::Speculate`), the commit-point confirms it (`Apply`), a deposed leader rolls
 //!   back what is not confirmed (`Action::Rollback`, §6); followers execute committed entries
@@ -53,8 +58,7 @@
 //!   point). A replica that stays away keeps the others from trimming; a replica whose disk
 //!   is wiped cannot rejoin (that needs snapshot transfer, not implemented).
 //!
-//! Not yet: speculative replies to proxies (the hosts do not deliver `RequestMeta` to
-//! replicas yet), proxies as separate processes, snapshot transfer, the diskless mode,
+//! Not yet: proxies as separate processes, snapshot transfer, the diskless mode,
 //! membership changes.
 
 pub mod dom;
@@ -109,11 +113,21 @@ pub struct Options {
     /// The leader executes entries when it appends them (§5.3), provisionally, and a
     /// deposed leader rolls them back (on by default).
     pub speculate: bool,
+    /// Quorum-check offloading (§5.3, on by default): replicas answer a proxy's request
+    /// with fast- and slow-replies and the proxy counts the quorums. Off (the ablation of
+    /// §9.3): the leader answers the proxy once the request is committed and executed.
+    pub offload: bool,
+    /// Deadline-ordered multicast (§3, on by default). Off (the ablation of §9.3): replicas
+    /// release a request as soon as it arrives, keeping its deadline as its log-id.
+    pub dom: bool,
 }
 
 impl Options {
     fn parse(p: &ProtocolParams) -> Result<Options, String> {
-        p.check_options("nezha", &["commutativity", "owd_percentile", "owd_window", "owd_max_ms", "speculate"])?;
+        p.check_options(
+            "nezha",
+            &["commutativity", "owd_percentile", "owd_window", "owd_max_ms", "speculate", "offload", "dom"],
+        )?;
         let num = |k: &str, d: u64| -> Result<u64, String> {
             match p.options.get(k) {
                 None => Ok(d),
@@ -126,6 +140,8 @@ impl Options {
             owd_window: num("owd_window", 1000)? as usize,
             owd_max_ms: num("owd_max_ms", 10)?,
             speculate: p.flag("speculate", true)?,
+            offload: p.flag("offload", true)?,
+            dom: p.flag("dom", true)?,
         };
         if o.owd_percentile > 100 {
             return Err("option owd_percentile: at most 100".into());
@@ -198,7 +214,10 @@ pub struct Nezha {
     /// Followers: requests released from the early-buffer, not yet placed by the leader.
     unsynced: BTreeMap<LogId, Command>,
     unsynced_ids: HashMap<ReqId, u64>,
-    /// The set hash of `log` ∪ `unsynced`.
+    /// The set hash of the entries trimmed from the log (the same on every replica that
+    /// trimmed to the same point: the log up to `base` is committed and identical).
+    trimmed: SetHash,
+    /// The set hash of the trimmed entries, `log` and `unsynced`.
     hash: SetHash,
     /// Log entries handed to the WAL, and those known durable (the leader counts itself
     /// for the commit-point only with those).
@@ -228,6 +247,12 @@ pub struct Nezha {
 
     /// Clients waiting here for a request's execution.
     waiting: HashMap<ReqId, ClientRef>,
+    /// Proxies (§4) that multicast a request to this replica and wait for its fast-reply
+    /// (on release) and slow-reply (a follower, once synced).
+    proxied: HashMap<ReqId, ClientRef>,
+    /// The leader: the fast-replies of appended entries, sent with their speculative
+    /// execution (position → reply).
+    fast_replies: BTreeMap<u64, synod_core::SpeculativeReply>,
     owd: OwdEstimator,
     counters: Counters,
 }
@@ -261,6 +286,7 @@ impl Nezha {
             index_of: HashMap::new(),
             unsynced: BTreeMap::new(),
             unsynced_ids: HashMap::new(),
+            trimmed: SetHash::default(),
             hash: SetHash::default(),
             logged: 0,
             durable: 0,
@@ -280,6 +306,8 @@ impl Nezha {
             ticks: 0,
             dvc_tick: 0,
             waiting: HashMap::new(),
+            proxied: HashMap::new(),
+            fast_replies: BTreeMap::new(),
             counters: Counters::default(),
         })
     }
@@ -342,7 +370,7 @@ impl Nezha {
     /// Rebuild the request index and the set hash from `log` and `unsynced`.
     fn reindex(&mut self) {
         self.index_of.clear();
-        self.hash.clear();
+        self.hash = self.trimmed.clone();
         for (i, e) in self.log.iter().enumerate() {
             self.index_of.insert((e.cmd.client, e.cmd.seq), self.base + i as u64 + 1);
             self.hash.toggle(&e.id(), &e.cmd);
@@ -361,6 +389,7 @@ impl Nezha {
             self.speculated = self.speculated.max(self.applied);
             let e = &self.log[self.at(self.applied)];
             let reply = self.waiting.remove(&(e.cmd.client, e.cmd.seq));
+            self.proxied.remove(&(e.cmd.client, e.cmd.seq));
             ctx.apply(synod_core::Pos::slot(self.applied, 0), e.cmd.clone(), reply);
         }
         self.maybe_snapshot(ctx);
@@ -391,6 +420,7 @@ impl Nezha {
             return;
         }
         for e in self.log.drain(..(trim - self.base) as usize) {
+            self.trimmed.toggle(&e.id(), &e.cmd);
             let req = (e.cmd.client, e.cmd.seq);
             if self.index_of.get(&req).is_some_and(|&i| i <= trim) {
                 self.index_of.remove(&req);
@@ -400,13 +430,17 @@ impl Nezha {
         self.snapshots += 1;
         // The image: the view, the snapshot (state after `index`, log kept from `trim`),
         // and the entries handed to the WAL already.
-        let head = Record::Snapshot { index, base: trim, data: Bytes::new() };
+        let head = Record::Snapshot { index, base: trim, trimmed: self.trimmed.clone(), data: Bytes::new() };
         let mut records = vec![
             vec![encode(&Record::View { view: self.view, last_normal: self.last_normal })],
             synod_core::protocol::encode_with_payload(&head, data),
         ];
         for i in trim + 1..=self.logged.min(self.len()) {
             records.push(vec![encode(&Record::Synced { index: i, entry: self.log[self.at(i)].clone() })]);
+        }
+        // Released entries a fast-reply may have vouched for.
+        for (id, cmd) in &self.unsynced {
+            records.push(vec![encode(&Record::Released { entry: Entry { deadline: id.deadline, cmd: cmd.clone() } })]);
         }
         ctx.push(synod_core::protocol::compaction(token, records, true));
     }
@@ -420,7 +454,8 @@ impl Nezha {
         let from = self.speculated.max(self.applied).max(self.base) + 1;
         for i in from..=self.len() {
             let cmd = self.log[self.at(i)].cmd.clone();
-            ctx.push(synod_core::Action::Speculate { pos: synod_core::Pos::slot(i, 0), cmd, reply: None });
+            let reply = self.fast_replies.remove(&i);
+            ctx.push(synod_core::Action::Speculate { pos: synod_core::Pos::slot(i, 0), cmd, reply });
         }
         self.speculated = self.speculated.max(self.len());
     }
@@ -432,6 +467,7 @@ impl Nezha {
             ctx.push(synod_core::Action::Rollback);
         }
         self.speculated = self.applied;
+        self.fast_replies.clear();
     }
 
     fn remember_client(&mut self, client: ClientRef, cmd: &Command) {
@@ -485,6 +521,10 @@ impl Nezha {
 
 impl Protocol for Nezha {
     fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
+        // Requests released here and not (yet) in the log; a new view's log makes the
+        // earlier ones leftovers (late-buffer).
+        let mut released: BTreeMap<LogId, Command> = BTreeMap::new();
+        let mut leftovers: Vec<(LogId, Command)> = Vec::new();
         for bytes in records {
             let Ok(rec) = decode::<Record>(&bytes) else { continue };
             match rec {
@@ -499,7 +539,11 @@ impl Protocol for Nezha {
                         self.log.push(entry);
                     }
                 }
+                Record::Released { entry } => {
+                    released.insert(entry.id(), entry.cmd);
+                }
                 Record::Log { view, base, entries } => {
+                    leftovers.extend(std::mem::take(&mut released));
                     self.view = self.view.max(view);
                     self.last_normal = view;
                     // The new view's log from `base` on; what this replica trimmed since
@@ -513,7 +557,8 @@ impl Protocol for Nezha {
                         self.log = entries.into_iter().skip(skip).collect();
                     }
                 }
-                Record::Snapshot { index, base, data } => {
+                Record::Snapshot { index, base, trimmed, data } => {
+                    self.trimmed = trimmed;
                     self.base = base;
                     self.log.clear();
                     self.applied = index;
@@ -527,10 +572,31 @@ impl Protocol for Nezha {
         self.durable = self.len();
         self.logged = self.durable;
         self.speculated = self.applied;
-        self.reindex();
         for e in &self.log {
             self.dom.note_released(&e.id(), &e.cmd);
         }
+        // Released requests back where they were (after the log's last entry, not in it),
+        // the others to the late-buffer.
+        let in_log: std::collections::HashSet<ReqId> = self.log.iter().map(|e| (e.cmd.client, e.cmd.seq)).collect();
+        let last = self.log.last().map(|e| e.id());
+        for (id, cmd) in released {
+            if in_log.contains(&id.req()) || self.unsynced_ids.contains_key(&id.req()) {
+                continue;
+            }
+            if last.is_none_or(|l| id > l) {
+                self.dom.note_released(&id, &cmd);
+                self.unsynced_ids.insert(id.req(), id.deadline);
+                self.unsynced.insert(id, cmd);
+            } else {
+                leftovers.push((id, cmd));
+            }
+        }
+        for (id, cmd) in leftovers {
+            if !in_log.contains(&id.req()) && !self.unsynced_ids.contains_key(&id.req()) {
+                self.dom.put_late(id.deadline, cmd);
+            }
+        }
+        self.reindex();
         self.election_timeout = ctx.random_between(
             Duration::from_millis(self.params.election_timeout_min_ms),
             Duration::from_millis(self.params.election_timeout_max_ms),
@@ -552,7 +618,16 @@ impl Protocol for Nezha {
                 let Ok(msg) = decode::<Msg>(&msg) else { return };
                 self.on_message(ctx, from, msg);
             }
-            Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
+            Event::Request { client, cmd, meta } => {
+                match (!meta.ext.is_empty()).then(|| decode::<proxy::ProxyStamp>(&meta.ext)) {
+                    Some(Ok(stamp)) => self.on_proxied(ctx, client, cmd, meta.sent_at, stamp.bound),
+                    Some(Err(_)) => {
+                        let body = ReplyBody::Invalid { reason: "nezha: undecodable proxy stamp".into() };
+                        ctx.reply(client, synod_core::Reply { client: cmd.client, seq: cmd.seq, from: self.id, body });
+                    }
+                    None => self.on_request(ctx, client, cmd),
+                }
+            }
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
             Event::Timer(TIMER_RELEASE) => self.release(ctx),
             Event::Timer(_) => {}

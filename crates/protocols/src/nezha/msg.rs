@@ -80,5 +80,8 @@ pub enum Record {
     Log { view: u64, base: u64, entries: Vec<Entry> },
     /// A snapshot: the state machine after `index` log entries; the log is kept from
     /// `base + 1` on (`base <= index`: entries after the trim bound stay for the peers).
-    Snapshot { index: u64, base: u64, data: bytes::Bytes },
+    Snapshot { index: u64, base: u64, trimmed: super::hash::SetHash, data: bytes::Bytes },
+    /// A follower released a request from its early-buffer (persisted before its fast-reply
+    /// vouches for it: a fast commit counts on it surviving a restart).
+    Released { entry: Entry },
 }

@@ -6,7 +6,7 @@ use super::hash::cmd_digest;
 use super::msg::{Entry, LogId, Msg, Record};
 use super::{Mode, Nezha, TIMER_RELEASE};
 use std::time::Duration;
-use synod_core::{ClientRef, Command, Ctx, NodeId, Time};
+use synod_core::{ClientRef, Command, Ctx, NodeId, Reply, ReplyBody, Time};
 
 impl Nezha {
     // ---------------------------------------------------------------------------------
@@ -21,6 +21,38 @@ impl Nezha {
         let owd = self.owd.estimate_all(self.peers().collect::<Vec<_>>());
         let deadline = ctx.now.as_nanos().saturating_add(owd);
         ctx.broadcast(&Msg::Request { deadline, cmd: cmd.clone() });
+        self.receive(ctx, deadline, cmd);
+    }
+
+    /// A request a proxy multicast to every replica (§4, §5.2), with its deadline
+    /// `sent_at + bound` on the proxy's clock. This replica answers the proxy itself: a
+    /// fast-reply on release, a slow-reply once synced (a follower). Without quorum-check
+    /// offloading, or without the leader's speculative execution, the leader answers the
+    /// proxy at execution instead.
+    pub(super) fn on_proxied(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        client: ClientRef,
+        mut cmd: Command,
+        sent_at: Time,
+        bound: u64,
+    ) {
+        let req = (cmd.client, cmd.seq);
+        let deadline = sent_at.as_nanos().saturating_add(bound);
+        // The command's time (`Command::now_ms`, stamped by each receiving host) becomes
+        // the deadline, the same at every replica: the copies the proxy multicast are then
+        // identical (a follower checks its copy against the leader's digest), and so is
+        // every replica's execution of it.
+        cmd.now_ms = deadline / 1_000_000;
+        let fast = self.opts.offload && self.opts.speculate;
+        // A retry of a request already in the uncommitted part of the leader's log: its
+        // fast-reply went out before (or was lost); answer at execution.
+        let uncommitted = self.index_of.get(&req).is_some_and(|&i| i > self.commit);
+        if self.is_leader() && (!fast || uncommitted) {
+            self.remember_client(client, &cmd);
+        } else if self.opts.offload && self.proxied.len() < super::MAX_WAITING {
+            self.proxied.insert(req, client);
+        }
         self.receive(ctx, deadline, cmd);
     }
 
@@ -56,19 +88,51 @@ impl Nezha {
     /// Release what the early-buffer holds up to now (§3): the leader appends to its log,
     /// followers to the unsynced part of theirs.
     pub(super) fn release(&mut self, ctx: &mut Ctx<'_>) {
-        let released = self.dom.release(ctx.now);
+        // Without DOM (the ablation) a request is released as soon as it arrives.
+        let now = if self.opts.dom { ctx.now } else { Time(u64::MAX) };
+        let released = self.dom.release(now);
         if !released.is_empty() {
             if self.is_leader() && self.mode == Mode::Normal {
                 let start = self.len() + 1;
                 for (id, cmd) in released {
+                    let client = self.proxied.remove(&id.req());
                     self.append(id, cmd);
+                    if let Some(client) = client {
+                        // Fig. 4 ④: the fast-reply's hash covers the log up to this entry;
+                        // it leaves with the speculative execution's result.
+                        let e = &self.log[self.at(self.len())];
+                        let digest = self.hash.for_reply(&id, &e.cmd, self.opts.commutativity);
+                        let view = self.view;
+                        self.fast_replies.insert(self.len(), synod_core::SpeculativeReply { client, view, digest });
+                    }
                 }
                 self.broadcast_mods(ctx, start);
             } else {
+                let normal = self.mode == Mode::Normal;
+                let mut replies = Vec::new();
+                let mut records = Vec::with_capacity(released.len());
                 for (id, cmd) in released {
                     self.hash.toggle(&id, &cmd);
+                    if normal {
+                        if let Some(&client) = self.proxied.get(&id.req()) {
+                            // Fig. 4 ④: a follower's fast-reply carries the hash of its log
+                            // up to this entry.
+                            let digest = self.hash.for_reply(&id, &cmd, self.opts.commutativity);
+                            let body = ReplyBody::Speculative { view: self.view, digest, result: None };
+                            replies.push((client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body }));
+                        }
+                    }
+                    records.push(Record::Released { entry: Entry { deadline: id.deadline, cmd: cmd.clone() } });
                     self.unsynced_ids.insert(id.req(), id.deadline);
                     self.unsynced.insert(id, cmd);
+                }
+                // Persisted first: a fast-reply vouches for the entry across a restart (the
+                // ordering contract holds the replies until the records are durable).
+                if !records.is_empty() {
+                    self.persist(ctx, records);
+                }
+                for (client, reply) in replies {
+                    ctx.reply(client, reply);
                 }
                 self.advance_sync(ctx);
             }
@@ -275,10 +339,18 @@ impl Nezha {
             let records = (self.logged + 1..=len)
                 .map(|i| Record::Synced { index: i, entry: self.log[self.at(i)].clone() })
                 .collect();
+            let first = self.logged + 1;
             self.logged = len;
             self.persist(ctx, records);
             // The slow-reply and log-status of §5.4 ⑩ (after the persist, per the
             // ordering contract).
+            for i in first..=len {
+                let cmd = &self.log[self.at(i)].cmd;
+                if let Some(client) = self.proxied.remove(&(cmd.client, cmd.seq)) {
+                    let body = ReplyBody::SlowReply { view: self.view };
+                    ctx.reply(client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body });
+                }
+            }
             ctx.send(self.leader_of(self.view), &Msg::LogStatus { view: self.view, sync_point: len });
         }
         self.execute(ctx);
@@ -310,7 +382,15 @@ impl Nezha {
     /// Released requests ordered before the last synced entry can no longer be placed in
     /// deadline order: they go to the late-buffer, where a log-modification still finds
     /// them.
+    ///
+    /// With commutativity (§7.2) the leader's log is in deadline order per key only: a
+    /// request on another key with an earlier deadline may still follow, and a fast-reply
+    /// may have vouched for it, so released requests stay (in the view-change state too)
+    /// until the leader's log places them.
     fn prune_unsynced(&mut self) {
+        if self.opts.commutativity {
+            return;
+        }
         let Some(last) = self.log.last().map(|e| e.id()) else { return };
         let stale: Vec<LogId> = self.unsynced.range(..last).map(|(id, _)| *id).collect();
         for id in stale {

@@ -18,18 +18,15 @@
 //!
 //! Wire form: `RequestMeta { sent_at: s, ext }` with `ext` the postcard encoding of
 //! [`ProxyStamp`]; a fast-reply is `Speculative { view, digest: hash, result }` (result from
-//! the leader only), a slow-reply `Speculative { view, digest: SLOW_REPLY, result: None }`.
+//! the leader only), a slow-reply `SlowReply { view }`.
 
 use super::dom::OwdEstimator;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use synod_core::client_policy::{final_outcome, ClientCtx, ClientPolicy, RequestMeta};
+use synod_core::client_policy::{final_outcome, ClientConfig, ClientCtx, ClientPolicy, RequestMeta};
 use synod_core::protocol::encode;
 use synod_core::{Command, NodeId, OpResult, Outcome, Reply, ReplyBody, Time};
-
-/// The `digest` that marks a slow-reply.
-pub const SLOW_REPLY: u64 = u64::MAX;
 
 const ATTEMPT_TIMER: u64 = 1;
 
@@ -47,16 +44,27 @@ enum Vote {
     Slow { view: u64 },
 }
 
+/// The super quorum f + ⌈f/2⌉ + 1 for n = 2f + 1 (§5.3).
+pub fn super_quorum(n: usize) -> usize {
+    let f = n.saturating_sub(1) / 2;
+    f + f.div_ceil(2) + 1
+}
+
 /// The quorum check of §5.3/§5.4 over the replies so far: the leader's result once the fast
-/// or the slow quorum is complete. `n = 2f + 1`.
-fn committed(votes: &BTreeMap<NodeId, Vote>, n: usize) -> Option<(OpResult, bool)> {
-    let f = (n - 1) / 2;
-    let super_quorum = f + f.div_ceil(2) + 1;
-    // The leader's fast-reply: the one that carries the result. Take the highest view.
+/// or the slow quorum is complete. `members` sorted (the leader of view v is
+/// `members[v % n]`, as at the replicas); `super_quorum` is [`super_quorum`] (a mutant
+/// passes one less).
+fn committed(votes: &BTreeMap<NodeId, Vote>, members: &[NodeId], super_quorum: usize) -> Option<(OpResult, bool)> {
+    let n = members.len();
+    let f = n.saturating_sub(1) / 2;
+    // The leader's fast-reply: the one that carries the result, from the leader of its
+    // view. Take the highest view.
     let (leader, view, hash, result) = votes
         .iter()
         .filter_map(|(id, v)| match v {
-            Vote::Fast { view, hash, result: Some(r) } => Some((*id, *view, *hash, r.clone())),
+            Vote::Fast { view, hash, result: Some(r) } if members[(*view % n as u64) as usize] == *id => {
+                Some((*id, *view, *hash, r.clone()))
+            }
             _ => None,
         })
         .max_by_key(|(_, view, _, _)| *view)?;
@@ -78,14 +86,42 @@ fn committed(votes: &BTreeMap<NodeId, Vote>, n: usize) -> Option<(OpResult, bool
     (fast >= super_quorum).then_some((result, true))
 }
 
+/// The registry's client policy for nezha: a proxy per session, with the protocol's OWD
+/// options (`owd_window`, `owd_percentile`, `owd_max_ms`) and the host's attempt timeout.
+pub fn policy(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
+    Box::new(proxy_from(cfg))
+}
+
+/// The mutant's client policy: a super quorum one replica too small.
+pub fn policy_small_super_quorum(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
+    Box::new(proxy_from(cfg).with_small_super_quorum())
+}
+
+fn proxy_from(cfg: &ClientConfig) -> NezhaProxy {
+    let num = |k: &str, d: u64| cfg.options.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(d);
+    NezhaProxy::new(
+        num("owd_window", 1000) as usize,
+        num("owd_percentile", 50) as u32,
+        Duration::from_millis(num("owd_max_ms", 10)),
+        cfg.retry.attempt_timeout,
+    )
+}
+
 /// A Nezha proxy for one session.
 #[derive(Clone, Debug)]
 pub struct NezhaProxy {
     owd: OwdEstimator,
     attempt_timeout: Duration,
     sent_at: Time,
+    /// The deadline of the session's last request: deadlines increase within a session, so
+    /// a later request never sorts before an earlier one (the log rebuild of §6 sorts by
+    /// deadline, and a session's requests do not commute: the session table executes
+    /// them in order).
+    last_deadline: u64,
     votes: BTreeMap<NodeId, Vote>,
     active: bool,
+    /// The fast-path quorum (a mutant makes it one too small).
+    small_super_quorum: bool,
     /// Requests committed on the fast path, on the slow path, and by a `Done`.
     pub fast_commits: u64,
     pub slow_commits: u64,
@@ -100,12 +136,20 @@ impl NezhaProxy {
             owd: OwdEstimator::new(window, percentile, clamp.as_nanos() as u64),
             attempt_timeout,
             sent_at: Time::ZERO,
+            last_deadline: 0,
             votes: BTreeMap::new(),
             active: false,
+            small_super_quorum: false,
             fast_commits: 0,
             slow_commits: 0,
             done_commits: 0,
         }
+    }
+
+    /// The mutation test's proxy: a super quorum one replica too small.
+    pub fn with_small_super_quorum(mut self) -> NezhaProxy {
+        self.small_super_quorum = true;
+        self
     }
 
     /// The latency bound for a multicast to `members` now.
@@ -116,7 +160,13 @@ impl NezhaProxy {
     fn submit(&mut self, cx: &mut ClientCtx<'_>) {
         self.sent_at = cx.now;
         self.votes.clear();
-        let stamp = ProxyStamp { bound: self.bound(cx.members) };
+        let mut bound = self.bound(cx.members);
+        let now = cx.now.as_nanos();
+        if now.saturating_add(bound) <= self.last_deadline {
+            bound = self.last_deadline + 1 - now;
+        }
+        self.last_deadline = now.saturating_add(bound);
+        let stamp = ProxyStamp { bound };
         cx.send_all(RequestMeta { sent_at: cx.now, ext: encode(&stamp) });
         cx.set_timer(ATTEMPT_TIMER, self.attempt_timeout);
     }
@@ -153,7 +203,7 @@ impl ClientPolicy for NezhaProxy {
             return;
         }
         let vote = match reply.body {
-            ReplyBody::Speculative { view, digest: SLOW_REPLY, .. } => Vote::Slow { view },
+            ReplyBody::SlowReply { view } => Vote::Slow { view },
             ReplyBody::Speculative { view, digest, result } => Vote::Fast { view, hash: digest, result },
             _ => return,
         };
@@ -162,7 +212,10 @@ impl ClientPolicy for NezhaProxy {
         if !keep {
             self.votes.insert(reply.from, vote);
         }
-        if let Some((result, fast)) = committed(&self.votes, cx.members.len()) {
+        let mut members = cx.members.to_vec();
+        members.sort_unstable();
+        let quorum = super_quorum(members.len()) - usize::from(self.small_super_quorum);
+        if let Some((result, fast)) = committed(&self.votes, &members, quorum) {
             if fast {
                 self.fast_commits += 1;
             } else {
@@ -182,6 +235,14 @@ impl ClientPolicy for NezhaProxy {
     fn on_unreachable(&mut self, _cx: &mut ClientCtx<'_>, _node: NodeId) {
         // The other replicas may still form a quorum; the attempt timer covers the rest.
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("fast_commits", self.fast_commits),
+            ("slow_commits", self.slow_commits),
+            ("done_commits", self.done_commits),
+        ]
+    }
 }
 
 #[cfg(test)]
@@ -197,7 +258,7 @@ mod tests {
         Reply { client: 9, seq: 4, from, body: ReplyBody::Speculative { view, digest: hash, result } }
     }
     fn slow(from: NodeId, view: u64) -> Reply {
-        Reply { client: 9, seq: 4, from, body: ReplyBody::Speculative { view, digest: SLOW_REPLY, result: None } }
+        Reply { client: 9, seq: 4, from, body: ReplyBody::SlowReply { view } }
     }
 
     struct Host {
@@ -304,8 +365,10 @@ mod tests {
         h.run(|cx| p.on_reply(cx, slow(2, 1)));
         h.run(|cx| p.on_reply(cx, fast(2, 1, 9, None)));
         let a = h.run(|cx| p.on_reply(cx, fast(1, 2, 9, Some(OpResult::Done))));
+        assert_eq!(finished(&a), None, "replica 1 does not lead view 2: its result does not count");
+        let a = h.run(|cx| p.on_reply(cx, fast(3, 2, 9, Some(OpResult::Done))));
         assert_eq!(finished(&a), None, "the slow-reply is of an older view than the leader's");
-        let a = h.run(|cx| p.on_reply(cx, slow(3, 2)));
+        let a = h.run(|cx| p.on_reply(cx, slow(1, 2)));
         assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
     }
 
