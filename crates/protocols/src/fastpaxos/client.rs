@@ -85,8 +85,15 @@ impl MultiPaxosLayer for FastReplies {
         _ctx: &mut Ctx<'_>,
         client: ClientRef,
         cmd: Command,
-        _meta: &RequestMeta,
+        meta: &RequestMeta,
     ) -> Option<(ClientRef, Command)> {
+        // A proposer's value must be the same at every acceptor (§3.1), but each replica
+        // stamps its own receipt time on a command: take the client's send time instead,
+        // which the policy stamps once per attempt.
+        let mut cmd = cmd;
+        if meta.sent_at != Time::ZERO {
+            cmd.now_ms = meta.sent_at.as_nanos() / 1_000_000;
+        }
         let newer = self.clients.get(&cmd.client).is_none_or(|(seq, _)| *seq <= cmd.seq);
         if newer {
             self.clients.insert(cmd.client, (cmd.seq, client));

@@ -88,7 +88,8 @@ impl MultiPaxos {
         f.open = Some((ballot, from_slot));
         f.tallies.clear();
         ctx.broadcast(&Msg::FastOpen { ballot, from_slot });
-        let held: Vec<Command> = self.queue.drain().into_iter().map(|p| p.cmd).collect();
+        let mut held = std::mem::take(&mut f.pending);
+        held.extend(self.queue.drain().into_iter().map(|p| p.cmd));
         self.vote_pending(ctx, held);
     }
 
