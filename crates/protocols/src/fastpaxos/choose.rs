@@ -51,7 +51,15 @@ impl FastChoice {
 }
 
 impl PayloadCodec for FastChoice {
-    fn encode(&mut self, _now: Time, _slot: u64, _b: Ballot, value: Value, members: &[NodeId], _me: NodeId) -> Proposal {
+    fn encode(
+        &mut self,
+        _now: Time,
+        _slot: u64,
+        _b: Ballot,
+        value: Value,
+        members: &[NodeId],
+        _me: NodeId,
+    ) -> Proposal {
         Proposal { own: value.clone(), pieces: Pieces::Same(value), quorum: majority(members.len()) }
     }
 

@@ -8,7 +8,7 @@
 //! classic 2a replaced one of our fast votes, and `fast_tick` on the leader's heartbeat.
 
 use crate::layers::codec::{Pieces, Recovered};
-use crate::multipaxos::{AcceptedSlot, Entry, MultiPaxos, Msg, Record, Value, ACCEPT_AHEAD_CHUNKS};
+use crate::multipaxos::{AcceptedSlot, Entry, Msg, MultiPaxos, Record, Value, ACCEPT_AHEAD_CHUNKS};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use synod_core::log::SlotState;
@@ -159,7 +159,14 @@ impl MultiPaxos {
     // ----- §3.1/§3.3: the leader tallies fast votes ----------------------------------------
 
     /// A fast 2b from an acceptor.
-    pub(crate) fn on_fast_accepted(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, slot: u64, value: Value) {
+    pub(crate) fn on_fast_accepted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        slot: u64,
+        value: Value,
+    ) {
         if self.role != Role::Leader || ballot != self.promised || !self.members.contains(&from) {
             return;
         }

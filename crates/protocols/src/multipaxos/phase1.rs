@@ -267,7 +267,11 @@ impl MultiPaxos {
                 // was cut off for a while (its higher ballot wins when it comes back) would
                 // otherwise re-propose every slot it missed at once.
                 Some(Recovered::Chosen(v)) if !matches!(v, Value::Config(_)) => {
-                    self.log.set(slot, Entry { ballot: Ballot::ZERO, value: v.clone(), fast: false }, SlotState::Committed);
+                    self.log.set(
+                        slot,
+                        Entry { ballot: Ballot::ZERO, value: v.clone(), fast: false },
+                        SlotState::Committed,
+                    );
                     records.push(Record::Chosen { slot, value: v });
                     learned = true;
                     continue;

@@ -61,7 +61,11 @@ impl MultiPaxos {
             self.next_slot += 1;
             // The codec: what we keep, what each acceptor gets, how many acceptances commit.
             let proposal = self.codec.encode(ctx.now, slot, self.promised, value, &self.members, self.id);
-            self.log.set(slot, Entry { ballot: self.promised, value: proposal.own.clone(), fast: false }, SlotState::InProgress);
+            self.log.set(
+                slot,
+                Entry { ballot: self.promised, value: proposal.own.clone(), fast: false },
+                SlotState::InProgress,
+            );
             records.push(Record::Accept { slot, ballot: self.promised, value: proposal.own });
             sends.push((slot, proposal.pieces, proposal.quorum, clients));
         }
