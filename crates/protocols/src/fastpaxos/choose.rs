@@ -1,6 +1,6 @@
-//! 3. **Picking a value in phase 2a** (Fast Paxos §3.2): the rule O4, as the core's codec
-//! hook that decides a slot from the reports of a quorum (phase 1 of a new round, and the
-//! leader's coordinated recovery of §3.3, whose reports are the fast round's 2b messages).
+//! Step 3, **picking a value in phase 2a** (Fast Paxos §3.2): the rule O4, as the core's
+//! codec hook that decides a slot from the reports of a quorum (phase 1 of a new round, and
+//! the leader's coordinated recovery of §3.3, whose reports are the fast round's 2b messages).
 //!
 //! Let Q be the acceptors that answered and k the highest round any of them voted in. If k
 //! is a classic round, its value (one per round). If k is fast, a value v such that some

@@ -1,6 +1,6 @@
-//! 2. **The fast round** (§3.1) and 4. **collision recovery** (§3.3), on the MultiPaxos
-//! core: the acceptor's fast vote, the leader's tally of fast 2b messages, coordinated
-//! recovery in the leader's classic round, and recovery through a new round.
+//! Steps 2 and 4, **the fast round** (§3.1) and **collision recovery** (§3.3), on the
+//! MultiPaxos core: the acceptor's fast vote, the leader's tally of fast 2b messages,
+//! coordinated recovery in the leader's classic round, and recovery through a new round.
 //!
 //! The core calls in at its extension points for fast rounds: `fast_open` when phase 1
 //! made it leader, `fast_close` when it campaigns or steps down, `fast_request` for a client
