@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod crossword;
 pub mod epaxos;
+pub mod fastpaxos;
 pub mod holipaxos;
 pub mod idem;
 pub mod layers;
@@ -123,6 +124,14 @@ pub mod mutants {
             order: Order::Total,
             tolerates: crate::registry::minority,
             build: crate::nezha::build,
+        },
+        ProtocolInfo {
+            name: "fast-paxos-small-fast-quorum",
+            description: "Fast Paxos with a fast quorum one acceptor too small (2 of 3, 3 of 5): a recovery may pick another value than the one chosen fast",
+            client: crate::fastpaxos::multicast_policy,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::fastpaxos::mutants::build_small_fast_quorum,
         },
     ];
 

@@ -146,6 +146,14 @@ static REGISTRY: &[ProtocolInfo] = &[
         tolerates: minority,
         build: crate::nezha::build,
     },
+    ProtocolInfo {
+        name: "fast-paxos",
+        description: "Fast Paxos (Lamport 2006) on the MultiPaxos core: clients multicast to all acceptors, which vote in the next free slot of the leader's fast round; chosen by a fast quorum ceil(3n/4); collisions recovered by the leader's classic round (coordinated recovery, rule O4), losers re-voted in later slots",
+        client: crate::fastpaxos::multicast_policy,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::fastpaxos::build,
+    },
 ];
 
 /// Failures tolerated by protocols whose quorums are majorities: ⌊(n − 1)/2⌋.

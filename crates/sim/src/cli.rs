@@ -78,6 +78,7 @@ pub const PATH_COUNTERS: &[&str] = &[
     "slow_path",
     "sccs_multi",
     "recoveries",
+    "collisions",
     "noops",
     "reproposed",
     "commit_replies",

@@ -150,7 +150,7 @@ fn each_acceptor_gets_its_round_robin_shards_and_the_boundary_quorum() {
 }
 
 fn report(slot: u64, ballot: Ballot, value: Value, committed: bool) -> AcceptedSlot {
-    AcceptedSlot { slot, ballot, value, committed }
+    AcceptedSlot { slot, ballot, value, committed, fast: false }
 }
 
 #[test]

@@ -131,6 +131,14 @@ pub trait PayloadCodec: Send {
         }
     }
 
+    /// [`recover`](PayloadCodec::recover) knowing that `promises` acceptors of `n` answered
+    /// (those without a report for the slot did not vote in it): Fast Paxos's rule for a
+    /// slot whose highest votes are fast ones needs it (`crate::fastpaxos`).
+    fn recover_among(&self, reports: &[AcceptedSlot], promises: usize, n: usize) -> Recovered {
+        let _ = (promises, n);
+        self.recover(reports)
+    }
+
     /// `held` and `incoming` pooled, if both are parts of the same payload (a replica
     /// completing a committed slot from its peers' parts); None otherwise.
     fn pool(&self, held: &Value, incoming: &Value) -> Option<Value> {

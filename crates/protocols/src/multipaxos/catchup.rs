@@ -68,7 +68,7 @@ impl MultiPaxos {
                 continue;
             }
             // Chosen values: the ballot they are filed under no longer matters.
-            self.log.set(slot, Entry { ballot: Ballot::ZERO, value: value.clone() }, SlotState::Committed);
+            self.log.set(slot, Entry { ballot: Ballot::ZERO, value: value.clone(), fast: false }, SlotState::Committed);
             records.push(Record::Chosen { slot, value });
         }
         if !records.is_empty() {

@@ -46,6 +46,10 @@ impl MultiPaxos {
             self.phase1(ctx, true);
             return;
         }
+        // Fast Paxos (`crate::fastpaxos`): recover fast slots that stayed undecided.
+        if self.fast_tick(ctx) {
+            return;
+        }
         let commit_upto = self.log.committed_prefix();
         let ballot = self.promised;
         let mut resend = Vec::new();
@@ -118,7 +122,7 @@ impl MultiPaxos {
     }
 
     /// Follow the leader of `ballot` (a heartbeat or control message from it).
-    pub(super) fn follow(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot) -> bool {
+    pub(crate) fn follow(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot) -> bool {
         self.drop_abandoned_ballot(ballot);
         if ballot < self.promised {
             if self.layer.rejects_stale_leaders() {
@@ -208,12 +212,12 @@ impl MultiPaxos {
     /// The leader (in `ballot`) says everything up to `commit_upto` is chosen. Slots we
     /// accepted in that ballot hold the leader's value and are committed; anything else is
     /// fetched.
-    pub(super) fn learn_commit(&mut self, ctx: &mut Ctx<'_>, leader: NodeId, ballot: Ballot, commit_upto: u64) {
+    pub(crate) fn learn_commit(&mut self, ctx: &mut Ctx<'_>, leader: NodeId, ballot: Ballot, commit_upto: u64) {
         self.leader_commit = self.leader_commit.max(commit_upto);
         let mut slot = self.log.committed_prefix() + 1;
         while slot <= commit_upto {
             match self.log.get(slot) {
-                Some(s) if s.state == SlotState::InProgress && s.value.ballot == ballot => {
+                Some(s) if s.state == SlotState::InProgress && s.value.ballot == ballot && !s.value.fast => {
                     self.log.mark_committed(slot);
                 }
                 Some(s) if s.state != SlotState::InProgress => {}
@@ -243,7 +247,7 @@ impl MultiPaxos {
     /// the clients waiting here), layer entries to the layer, membership entries change the
     /// configuration; then maybe take a snapshot. A slot held only in part (some shards of
     /// a coded value) stops execution until `fill.rs` completes it.
-    pub(super) fn execute(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn execute(&mut self, ctx: &mut Ctx<'_>) {
         let mut markers = Vec::new();
         let mut config = None;
         while let Some((slot, entry)) = self.log.next_to_execute() {

@@ -11,7 +11,7 @@ use super::*;
 
 impl MultiPaxos {
     /// Size of the configuration in effect.
-    pub(super) fn n(&self) -> usize {
+    pub(crate) fn n(&self) -> usize {
         self.members.len()
     }
 
@@ -59,6 +59,10 @@ impl MultiPaxos {
     pub(super) fn on_reconfigure(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, id: u64, change: MemberChange) {
         let me = self.id;
         let answer = |ctx: &mut Ctx<'_>, body| ctx.reply(client, Reply { client: 0, seq: id, from: me, body });
+        if self.fast.is_some() {
+            let reason = "fast-paxos does not support membership changes".to_string();
+            return answer(ctx, ReplyBody::Invalid { reason });
+        }
         if self.role == Role::Candidate && self.leader == Some(self.id) {
             let reason = "the leader is re-running phase 1 under a new configuration; retry".to_string();
             return answer(ctx, ReplyBody::Rejected { reason });

@@ -70,7 +70,7 @@ use synod_core::{
 const TRIM_STEP: u64 = 512;
 /// How far beyond its execution point an acceptor takes Accepts, in catch-up chunks
 /// (256 × the default 256-slot chunk = 65,536 slots).
-const ACCEPT_AHEAD_CHUNKS: u64 = 256;
+pub(crate) const ACCEPT_AHEAD_CHUNKS: u64 = 256;
 const TIMER_ELECTION: TimerId = 1;
 const TIMER_HEARTBEAT: TimerId = 2;
 // Timer ids 3 and 4 (and any other the core does not use) belong to the layer.
@@ -102,13 +102,17 @@ pub(crate) struct Variant {
 
 /// One log slot: the value and the ballot it was accepted in.
 #[derive(Clone, Debug)]
-struct Entry {
-    ballot: Ballot,
-    value: Value,
+pub(crate) struct Entry {
+    pub(crate) ballot: Ballot,
+    pub(crate) value: Value,
+    /// A vote of a fast round (`crate::fastpaxos`): taken by this acceptor from a client in
+    /// the leader's `ballot` without a 2a for this value, so other acceptors may hold other
+    /// values at the same ballot. Never committed by the leader's commit marker alone.
+    pub(crate) fast: bool,
 }
 
 /// Leader-side bookkeeping for a slot in flight.
-struct InFlight {
+pub(crate) struct InFlight {
     acks: QuorumTracker,
     sent_at: Time,
     /// When the slot was proposed in this ballot (`sent_at` moves with resends).
@@ -156,13 +160,13 @@ struct Fetch {
 }
 
 pub struct MultiPaxos {
-    id: NodeId,
+    pub(crate) id: NodeId,
     name: &'static str,
-    members: Vec<NodeId>,
-    params: ProtocolParams,
+    pub(crate) members: Vec<NodeId>,
+    pub(crate) params: ProtocolParams,
     variant: Variant,
     /// Majority of the current `members` (the configuration after the executed prefix).
-    quorum: usize,
+    pub(crate) quorum: usize,
     /// Promises that elect a leader among the current `members` (the codec's; a majority
     /// unless the codec needs more).
     prepare_quorum: usize,
@@ -175,9 +179,9 @@ pub struct MultiPaxos {
     /// The admin request waiting for that entry: (slot, client, request id).
     config_waiter: Option<(u64, ClientRef, u64)>,
 
-    role: Role,
+    pub(crate) role: Role,
     /// Highest ballot promised (durable).
-    promised: Ballot,
+    pub(crate) promised: Ballot,
     /// Highest ballot seen anywhere (so a new election outbids it); not a promise.
     max_seen: Ballot,
     /// The highest ballot this node led with (durable: `Record::Led`).
@@ -189,14 +193,14 @@ pub struct MultiPaxos {
     /// (never votes), since a lost promise could let it accept what it promised to refuse.
     broken: Option<String>,
     /// The leader this replica currently follows (or itself).
-    leader: Option<NodeId>,
+    pub(crate) leader: Option<NodeId>,
     /// When this replica last heard its leader (Accept / heartbeat in the current ballot).
     leader_contact: Option<(NodeId, Time)>,
     /// The last leader whose Accepts this replica took (the "last successful leader" of
     /// HoliPaxos §3.2).
     last_successful_leader: Option<NodeId>,
 
-    log: InstanceLog<Entry>,
+    pub(crate) log: InstanceLog<Entry>,
     /// Committed prefix last persisted as a `CommitUpto` record.
     persisted_commit: u64,
     /// Highest committed prefix the leader announced.
@@ -205,9 +209,9 @@ pub struct MultiPaxos {
     cmds_executed: u64,
 
     // Leader state.
-    next_slot: u64,
-    in_flight: BTreeMap<u64, InFlight>,
-    queue: Batcher,
+    pub(crate) next_slot: u64,
+    pub(crate) in_flight: BTreeMap<u64, InFlight>,
+    pub(crate) queue: Batcher,
 
     // Candidate state.
     election: Option<Election>,
@@ -247,10 +251,12 @@ pub struct MultiPaxos {
     /// The layer on this core ([`NoLayer`] for plain MultiPaxos).
     layer: Box<dyn MultiPaxosLayer>,
     /// The payload codec ([`FullCopy`] for plain MultiPaxos).
-    codec: Box<dyn PayloadCodec>,
+    pub(crate) codec: Box<dyn PayloadCodec>,
     filling: Filling,
     /// Read leases (`lease.rs`; `None` unless `read_lease=on`).
     leases: Option<lease::Leases>,
+    /// Fast rounds (`crate::fastpaxos`): None for every protocol but Fast Paxos.
+    pub(crate) fast: Option<Box<crate::fastpaxos::Rounds>>,
 }
 
 impl MultiPaxos {
@@ -344,11 +350,12 @@ impl MultiPaxos {
             codec,
             filling: Filling::default(),
             leases,
+            fast: None,
         })
     }
 
     /// Persist records (durable before any later message leaves: the driver contract).
-    fn persist(&self, ctx: &mut Ctx<'_>, records: &[Record]) {
+    pub(crate) fn persist(&self, ctx: &mut Ctx<'_>, records: &[Record]) {
         ctx.persist(0, records.iter().map(encode).collect());
     }
 
@@ -397,11 +404,20 @@ impl Protocol for MultiPaxos {
                     }
                     if !self.log.is_committed(slot) {
                         let value = self.codec.merge(self.log.get(slot).map(|s| &s.value.value), value);
-                        self.log.set(slot, Entry { ballot, value }, SlotState::InProgress);
+                        self.log.set(slot, Entry { ballot, value, fast: false }, SlotState::InProgress);
+                    }
+                }
+                Ok(Record::FastAccept { slot, ballot, value }) => {
+                    self.promised = self.promised.max(ballot);
+                    if ballot.node != self.id {
+                        self.promised_other = self.promised_other.max(ballot);
+                    }
+                    if !self.log.is_committed(slot) {
+                        self.log.set(slot, Entry { ballot, value, fast: true }, SlotState::InProgress);
                     }
                 }
                 Ok(Record::Chosen { slot, value }) => {
-                    self.log.set(slot, Entry { ballot: Ballot::ZERO, value }, SlotState::Committed);
+                    self.log.set(slot, Entry { ballot: Ballot::ZERO, value, fast: false }, SlotState::Committed);
                 }
                 Ok(Record::CommitUpto(c)) => commit_upto = commit_upto.max(c),
                 Ok(Record::Led(b)) => self.led = self.led.max(b),
@@ -488,6 +504,8 @@ impl Protocol for MultiPaxos {
                     Msg::Fill { pieces } => self.on_fill(ctx, from, pieces),
                     Msg::LeaseReq { ballot, round } => self.on_lease_req(ctx, from, ballot, round),
                     Msg::LeaseAck { ballot, round } => self.on_lease_ack(from, ballot, round),
+                    Msg::FastOpen { ballot, from_slot } => self.on_fast_open(ctx, from, ballot, from_slot),
+                    Msg::FastAccepted { ballot, slot, value } => self.on_fast_accepted(ctx, from, ballot, slot, value),
                 }
             }
             Event::Request { client, cmd, meta } => self.on_client_request(ctx, client, cmd, meta),
@@ -534,6 +552,9 @@ impl Protocol for MultiPaxos {
         self.layer.status(self, &mut extra);
         self.codec.status(&mut extra);
         self.lease_status(&mut extra);
+        if let Some(f) = &self.fast {
+            f.status(&mut extra);
+        }
         if let Some(e) = &self.broken {
             extra.insert("error".into(), e.clone());
         }

@@ -92,6 +92,9 @@ pub struct AcceptedSlot {
     pub value: Value,
     /// The sender knows this value is chosen.
     pub committed: bool,
+    /// A fast-round vote (`crate::fastpaxos`): at the same ballot, a classic vote is the
+    /// higher round, and fast votes of one ballot may differ (Fast Paxos §3.2).
+    pub fast: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +148,11 @@ pub enum Msg {
     /// A follower of `ballot` granted lease round `round`: it refuses phase 1 of any other
     /// candidate for the lease duration on its clock.
     LeaseAck { ballot: Ballot, round: u64 },
+    /// Fast Paxos (`crate::fastpaxos`) phase 2a "any": the leader of `ballot` lets
+    /// acceptors vote client values in slots from `from_slot` on (Lamport, "Fast Paxos", §3.1).
+    FastOpen { ballot: Ballot, from_slot: u64 },
+    /// Fast Paxos phase 2b of a fast round, to the leader (the learner that tallies it).
+    FastAccepted { ballot: Ballot, slot: u64, value: Value },
 }
 
 /// What MultiPaxos persists. Replayed in order on restart.
@@ -168,4 +176,6 @@ pub enum Record {
     /// first Accept. A promise to one of our own ballots that we never led with may be given
     /// up for a live leader's lower ballot (`drop_abandoned_ballot`); one we led with never.
     Led(Ballot),
+    /// Voted `value` in the fast round of `ballot` for `slot` (`crate::fastpaxos`).
+    FastAccept { slot: u64, ballot: Ballot, value: Value },
 }

@@ -65,13 +65,14 @@ impl MultiPaxos {
     /// collected came from a quorum of the old configuration, and slots after the entry are
     /// governed by the new one (docs/design.md, "Membership"). Acceptors that promised the
     /// ballot already just answer again; the followers keep following.
-    pub(super) fn phase1(&mut self, ctx: &mut Ctx<'_>, fresh: bool) {
+    pub(crate) fn phase1(&mut self, ctx: &mut Ctx<'_>, fresh: bool) {
         let ballot = if fresh { self.promised.max(self.max_seen).next_for(self.id) } else { self.promised };
         self.promised = ballot;
         self.role = Role::Candidate;
         self.leader = if fresh { None } else { Some(self.id) };
         self.in_flight.clear();
         self.lease_reset();
+        self.fast_close();
         if fresh {
             self.layer.on_campaign(ctx.now, ballot);
         }
@@ -102,6 +103,7 @@ impl MultiPaxos {
                 ballot: s.value.ballot,
                 value: s.value.value.clone(),
                 committed: s.state != SlotState::InProgress,
+                fast: s.value.fast,
             })
             .collect()
     }
@@ -228,7 +230,7 @@ impl MultiPaxos {
             if *slot < election.from_slot || self.log.is_committed(*slot) {
                 continue;
             }
-            match self.codec.recover(reports) {
+            match self.codec.recover_among(reports, election.promises.count(), self.n()) {
                 Recovered::Undecided => {
                     self.election = Some(election);
                     return;
@@ -272,7 +274,11 @@ impl MultiPaxos {
                 // was cut off for a while (its higher ballot wins when it comes back) would
                 // otherwise re-propose every slot it missed at once.
                 Some(Recovered::Chosen(v)) if !matches!(v, Value::Config(_)) => {
-                    self.log.set(slot, Entry { ballot: Ballot::ZERO, value: v.clone() }, SlotState::Committed);
+                    self.log.set(
+                        slot,
+                        Entry { ballot: Ballot::ZERO, value: v.clone(), fast: false },
+                        SlotState::Committed,
+                    );
                     records.push(Record::Chosen { slot, value: v });
                     learned = true;
                     continue;
@@ -282,7 +288,7 @@ impl MultiPaxos {
             };
             let config = matches!(value, Value::Config(_));
             let proposal = self.codec.encode(ctx.now, slot, ballot, value, &self.members, self.id);
-            self.log.set(slot, Entry { ballot, value: proposal.own.clone() }, SlotState::InProgress);
+            self.log.set(slot, Entry { ballot, value: proposal.own.clone(), fast: false }, SlotState::InProgress);
             records.push(Record::Accept { slot, ballot, value: proposal.own.clone() });
             proposals.push((slot, proposal));
             if config {
@@ -305,6 +311,9 @@ impl MultiPaxos {
         }
         self.layer.on_become_leader(ctx);
         self.send_heartbeat(ctx);
+        // Fast Paxos (`crate::fastpaxos`): phase 2a "any" for every slot from here on; the
+        // requests held while campaigning become this leader's fast votes.
+        self.fast_open(ctx);
         self.propose_queued(ctx);
         self.commit_ready(ctx);
         if learned {
@@ -322,6 +331,7 @@ impl MultiPaxos {
         self.election = None;
         self.lease_reset();
         self.in_flight.clear();
+        self.fast_close();
         if was == Role::Leader {
             ctx.cancel_timer(TIMER_HEARTBEAT);
             self.layer.on_leadership_lost(ctx);

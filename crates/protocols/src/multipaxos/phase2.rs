@@ -21,6 +21,10 @@ impl MultiPaxos {
     pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
         // A read the lease covers is answered at once, without a slot (`lease.rs`).
         let Some(cmd) = self.try_lease_read(ctx, client, cmd) else { return };
+        if self.fast.is_some() {
+            // Fast Paxos: every acceptor votes the request itself (`crate::fastpaxos`).
+            return self.fast_request(ctx, Some(client), cmd);
+        }
         match self.role {
             Role::Leader => {
                 self.queue.push(Some(client), cmd);
@@ -59,7 +63,11 @@ impl MultiPaxos {
             self.next_slot += 1;
             // The codec: what we keep, what each acceptor gets, how many acceptances commit.
             let proposal = self.codec.encode(ctx.now, slot, self.promised, value, &self.members, self.id);
-            self.log.set(slot, Entry { ballot: self.promised, value: proposal.own.clone() }, SlotState::InProgress);
+            self.log.set(
+                slot,
+                Entry { ballot: self.promised, value: proposal.own.clone(), fast: false },
+                SlotState::InProgress,
+            );
             records.push(Record::Accept { slot, ballot: self.promised, value: proposal.own });
             sends.push((slot, proposal.pieces, proposal.quorum, clients));
         }
@@ -74,7 +82,7 @@ impl MultiPaxos {
     }
 
     /// Send the Accepts of `slot` in our ballot: one broadcast, or each acceptor its piece.
-    pub(super) fn send_accepts(&mut self, ctx: &mut Ctx<'_>, slot: u64, pieces: Pieces) {
+    pub(crate) fn send_accepts(&mut self, ctx: &mut Ctx<'_>, slot: u64, pieces: Pieces) {
         let ballot = self.promised;
         let commit_upto = self.log.committed_prefix();
         match pieces {
@@ -91,7 +99,7 @@ impl MultiPaxos {
 
     /// Leader bookkeeping for a slot just proposed: its acks (ours included, `quorum`
     /// commit it; the mutation tests' override wins) and the clients waiting for it.
-    pub(super) fn track(&mut self, ctx: &mut Ctx<'_>, slot: u64, clients: Vec<Option<Waiter>>, quorum: usize) {
+    pub(crate) fn track(&mut self, ctx: &mut Ctx<'_>, slot: u64, clients: Vec<Option<Waiter>>, quorum: usize) {
         let mut acks = QuorumTracker::new(self.variant.quorum_override.unwrap_or(quorum));
         acks.ack(self.id);
         let cmds = clients.len();
@@ -142,11 +150,16 @@ impl MultiPaxos {
             self.learn_commit(ctx, from, ballot, commit);
             return;
         }
+        let mut outvoted = None;
         if !self.log.is_committed(slot) {
+            if self.fast.is_some() {
+                // A fast vote of ours replaced by the leader's value (`crate::fastpaxos`).
+                outvoted = self.log.get(slot).filter(|s| s.value.fast).map(|s| s.value.value.clone());
+            }
             // Persist what arrived; hold it pooled with what we had of the same payload (a
             // coded piece never loses a shard: replay pools the records the same way).
             let held = self.codec.merge(self.log.get(slot).map(|s| &s.value.value), value.clone());
-            self.log.set(slot, Entry { ballot, value: held }, SlotState::InProgress);
+            self.log.set(slot, Entry { ballot, value: held, fast: false }, SlotState::InProgress);
             if !self.variant.volatile_accepts {
                 records.push(Record::Accept { slot, ballot, value });
             }
@@ -159,6 +172,12 @@ impl MultiPaxos {
             self.log.mark_committed(slot);
         }
         self.learn_commit(ctx, from, ballot, commit);
+        if let Some(old) = outvoted {
+            if let Some(Entry { value, .. }) = self.log.get(slot).map(|s| &s.value) {
+                let chosen = value.clone();
+                self.revote_losers(ctx, old, &chosen);
+            }
+        }
     }
 
     /// An acceptance of one of our slots: a quorum commits it.
@@ -184,7 +203,7 @@ impl MultiPaxos {
 
     /// Mark every in-flight slot that has a quorum committed, then execute and refill the
     /// pipeline.
-    pub(super) fn commit_ready(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn commit_ready(&mut self, ctx: &mut Ctx<'_>) {
         let done: Vec<u64> = self.in_flight.iter().filter(|(_, f)| f.acks.reached()).map(|(s, _)| *s).collect();
         for slot in &done {
             self.in_flight.remove(slot);

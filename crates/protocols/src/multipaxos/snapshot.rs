@@ -98,6 +98,9 @@ impl MultiPaxos {
         ];
         for (slot, e) in self.log.range(s.index + 1, self.log.last_index()) {
             records.push(match e.state {
+                SlotState::InProgress if e.value.fast => {
+                    Record::FastAccept { slot, ballot: e.value.ballot, value: e.value.value.clone() }
+                }
                 SlotState::InProgress => Record::Accept { slot, ballot: e.value.ballot, value: e.value.value.clone() },
                 _ => Record::Chosen { slot, value: e.value.value.clone() },
             });
