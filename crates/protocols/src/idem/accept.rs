@@ -56,6 +56,13 @@ impl Idem {
             Origin::Client(c) => Some(c),
             Origin::Relay => None,
         };
+        // A client retrying a request of its session at or below the newest one executed here
+        // has had it executed (its reply was lost): it is ordered again without the
+        // acceptance test, and the session table answers the original result. Rejecting it
+        // would tell the client that an executed request never executes (seed 323 at
+        // reject_threshold=2: every replica rejected such a retry).
+        let retry_of_executed =
+            client.is_some() && self.newest.get(&cmd.client).is_some_and(|newest| *newest >= cmd.seq);
         if self.executed.contains(&id) {
             match origin {
                 // A late relay of an executed request: nothing to do.
@@ -72,6 +79,9 @@ impl Idem {
                 h.client = client;
             }
             return;
+        }
+        if retry_of_executed {
+            return self.accept(core, ctx, cmd, client);
         }
         if !self.dev.forget_rejections {
             if let Some(r) = self.rejected.get(&id) {

@@ -96,6 +96,40 @@ fn rejection_at_the_threshold_is_immediate_and_sticky() {
     assert!(matches!(sticky_rejection(super::build), Some(ReplyBody::Rejected { .. })));
 }
 
+/// A client whose reply was lost retries a request that executed: it gets the original
+/// result, not a rejection — even at the threshold. (Found by the simulator, seed 323 at
+/// reject_threshold=2: every replica rejected such a retry, so the client was told that a
+/// request it had executed never would.)
+#[test]
+fn a_retry_of_an_executed_request_is_answered_not_rejected() {
+    let mut net = net(3, &["reject_threshold=2", "admission=taildrop", "relay=false"]);
+    let f = followers(&net)[0];
+    // The client sends to every replica (no relay): f + 1 REQUIREs, the leader proposes.
+    for n in 1..=3 {
+        net.request(n, 9, 1, put("k", "v"));
+    }
+    net.run_for(Duration::from_millis(200));
+    assert_eq!(net.reply_for(9, 1), Some(&done()));
+    // Fill the follower up to the threshold: no Accept gets through, so both stay active.
+    net.drop = Box::new(|_, _, b| is_accept(b));
+    net.request(f, 1, 1, put("a", "1"));
+    net.request(f, 2, 1, put("b", "1"));
+    net.request(f, 3, 1, put("c", "1"));
+    assert!(matches!(net.reply_for(3, 1), Some(ReplyBody::Rejected { .. })), "the threshold is reached");
+    net.replies.clear();
+    net.request(f, 9, 1, put("k", "v"));
+    net.run_for(Duration::from_millis(50));
+    assert!(
+        !matches!(net.reply_for(9, 1), Some(ReplyBody::Rejected { .. })),
+        "the retry of an executed request was rejected: {:?}",
+        net.reply_for(9, 1)
+    );
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_millis(2000));
+    assert_eq!(net.reply_for(9, 1), Some(&done()), "the retry gets the original result");
+    net.assert_agreement();
+}
+
 #[test]
 fn the_forget_rejections_mutant_is_caught() {
     let forget = |s: &Setup| build_with(s, Deviation { forget_rejections: true, ..Deviation::default() });
