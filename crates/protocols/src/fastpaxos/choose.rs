@@ -8,9 +8,8 @@
 //! |Q| + |R| − n of Q voted v in k — if there is one (at most one: any classic quorum and
 //! two fast quorums intersect); otherwise any value voted in k (we take the most voted).
 
-use crate::layers::codec::{PayloadCodec, Pieces, Proposal, Recovered};
+use crate::layers::codec::{FullCopy, PayloadCodec, Proposal, Recovered};
 use crate::multipaxos::{AcceptedSlot, Value};
-use synod_core::quorum::majority;
 use synod_core::{Ballot, NodeId, Time};
 
 /// Fast Paxos's value picking (O4), with full copies to every acceptor.
@@ -51,16 +50,9 @@ impl FastChoice {
 }
 
 impl PayloadCodec for FastChoice {
-    fn encode(
-        &mut self,
-        _now: Time,
-        _slot: u64,
-        _b: Ballot,
-        value: Value,
-        members: &[NodeId],
-        _me: NodeId,
-    ) -> Proposal {
-        Proposal { own: value.clone(), pieces: Pieces::Same(value), quorum: majority(members.len()) }
+    /// Classic rounds replicate the whole value to a majority, as plain MultiPaxos does.
+    fn encode(&mut self, now: Time, slot: u64, b: Ballot, value: Value, members: &[NodeId], me: NodeId) -> Proposal {
+        FullCopy.encode(now, slot, b, value, members, me)
     }
 
     fn recover(&self, reports: &[AcceptedSlot]) -> Recovered {
