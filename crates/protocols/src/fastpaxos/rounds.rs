@@ -285,11 +285,30 @@ impl MultiPaxos {
             Value::Cmds(b) => b.iter().any(|x| x.client == c.client && x.seq == c.seq),
             _ => false,
         };
-        let losers: Vec<Command> = old.into_iter().filter(|c| !kept(c)).collect();
+        let losers: Vec<Command> = old.into_iter().filter(|c| !kept(c) && !self.chosen_elsewhere(c)).collect();
         if let Some(f) = self.rounds() {
             f.counters.reproposed += losers.len() as u64;
         }
         self.vote_pending(ctx, losers);
+    }
+
+    /// Whether `cmd` is already chosen in a slot we know committed. An outvoted command is
+    /// often one that won another slot (two requests that reached the acceptors in different
+    /// orders each win one of the two slots): voting it again would only take one more slot
+    /// that its duplicate wins or loses, and push this acceptor's next free slot ahead of the
+    /// others', so that their later votes land in different slots and collide. The scan covers
+    /// the recent log only (where the slots a collision involves are).
+    fn chosen_elsewhere(&self, cmd: &Command) -> bool {
+        const WINDOW: u64 = 512;
+        let last = self.log.last_index();
+        cmd.client != 0
+            && (last.saturating_sub(WINDOW).max(1)..=last).any(|slot| {
+                self.log.is_committed(slot)
+                    && self.log.get(slot).is_some_and(|s| match &s.value.value {
+                        Value::Cmds(cs) => cs.iter().any(|c| c.client == cmd.client && c.seq == cmd.seq),
+                        _ => false,
+                    })
+            })
     }
 
     // ----- the leader's tick: undecided slots ----------------------------------------------
