@@ -44,7 +44,12 @@
 //!   answers it as a stale retry, the same on every replica);
 //! * a request accepted but not executed within `hold_max` (default 30 s) is released
 //!   (it was executed inside a snapshot this replica installed, or the cluster lost it);
-//! * the rejection cache is in memory: a restarted replica has forgotten its rejections.
+//! * verdicts are sticky per request id, also across a restart: a replica's first verdict
+//!   (accept or reject) is made durable before the REJECT or REQUIRE it causes leaves, and a
+//!   retransmission gets the same verdict without a new test (`admission::Verdicts` has the
+//!   argument why a client's `n` REJECTs then mean that nobody accepted); verdicts are
+//!   dropped once a newer request of the same client executed (the session table answers
+//!   older ones as stale). The rejection cache (bodies, clients to answer) is in memory.
 //!
 //! Variants: `idem-nopr` (no proactive rejection, `admission=off`) and `idem-noaqm` (tail drop
 //! only, `admission=taildrop`), the paper's ablations.
@@ -54,15 +59,16 @@ mod forward;
 pub mod msg;
 pub mod policy;
 
-use crate::admission::{AcceptanceTest, AdmissionConfig, Mode, RejectCache, ReqId};
+use crate::admission::{AcceptanceTest, AdmissionConfig, Mode, RejectCache, ReqId, Verdicts};
 use crate::layers::{Compaction, LayerMsg, LayerOp, MultiPaxosLayer, TrimPolicy};
 use crate::multipaxos::{MultiPaxos, Variant};
 use crate::registry::Setup;
-use msg::IdemMsg;
+use bytes::Bytes;
+use msg::{IdemMsg, IdemRecord};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::str::FromStr;
 use std::time::Duration;
-use synod_core::protocol::decode;
+use synod_core::protocol::{decode, encode};
 use synod_core::{ClientRef, Command, Ctx, NodeId, Protocol, ProtocolParams, RequestMeta, Time, TimerId};
 
 /// The layer's periodic tick (forwarding, REQUIRE re-sends, garbage collection).
@@ -157,8 +163,9 @@ pub(crate) struct Deviation {
     /// Propose after f REQUIREs instead of f + 1 (a request only the leader accepted can be
     /// ordered, and lost with the leader: Property 5.1 no longer holds).
     pub require_f: bool,
-    /// Re-run the acceptance test on a retransmission of a rejected request (a request the
-    /// client saw rejected by all replicas may then execute).
+    /// Re-run the acceptance test on a retransmission of a rejected request instead of
+    /// rejecting it again (a request the client saw rejected by all replicas may then
+    /// execute).
     pub forget_rejections: bool,
 }
 
@@ -202,6 +209,8 @@ pub struct Idem {
     /// Active requests: accepted here, not executed yet.
     held: BTreeMap<ReqId, Held>,
     rejected: RejectCache,
+    /// This replica's verdict per request id, durable (sticky across restarts).
+    verdicts: Verdicts,
     executed: BTreeSet<ReqId>,
     executed_order: VecDeque<ReqId>,
     /// Newest executed seq per client session.
@@ -225,6 +234,7 @@ impl Idem {
             test: AcceptanceTest::new(cfg.admission),
             held: BTreeMap::new(),
             rejected: RejectCache::new(cfg.reject_cache),
+            verdicts: Verdicts::default(),
             executed: BTreeSet::new(),
             executed_order: VecDeque::new(),
             newest: BTreeMap::new(),
@@ -305,6 +315,7 @@ impl MultiPaxosLayer for Idem {
         self.remember_executed(id);
         let newest = self.newest.entry(cmd.client).or_insert(0);
         *newest = (*newest).max(cmd.seq);
+        self.verdicts.executed(cmd.client, cmd.seq);
         self.requires.remove(&id);
         self.bodies.remove(&id);
         self.proposed.remove(&id);
@@ -358,6 +369,21 @@ impl MultiPaxosLayer for Idem {
         extra.insert("fetched".into(), self.stats.fetched.to_string());
         extra.insert("released".into(), self.stats.released.to_string());
         extra.insert("reject_cache".into(), self.rejected.len().to_string());
+        extra.insert("verdicts".into(), self.verdicts.len().to_string());
+    }
+
+    fn recover_record(&mut self, record: &[u8]) -> Result<(), String> {
+        match decode::<IdemRecord>(record) {
+            Ok(IdemRecord::Verdict(v)) => {
+                self.verdicts.replay(v);
+                Ok(())
+            }
+            Err(e) => Err(format!("idem record: {e}")),
+        }
+    }
+
+    fn durable_records(&self) -> Vec<Bytes> {
+        self.verdicts.records().map(|v| encode(&IdemRecord::Verdict(v))).collect()
     }
 
     fn describe_message(&self, msg: &[u8]) -> String {
