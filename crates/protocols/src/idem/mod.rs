@@ -155,9 +155,15 @@ impl IdemConfig {
     }
 }
 
-/// Deliberate deviations for the mutation tests (`tests.rs`); all off in IDEM. They break
-/// IDEM's client-facing guarantees, not linearizability, so the simulator's safety checkers
-/// cannot see them until its clients report definitive rejections; the scenario tests do.
+/// Deliberate deviations for the mutation tests; all off in IDEM. `forget_rejections` breaks
+/// the client's definitive failure (a request every replica rejected executes): the simulator
+/// catches it with `reject_threshold=2` (mutant `idem-sticky-off`). `require_f` and `gc_early`
+/// break the paper's *reasons* for f + 1 REQUIREs and the window w = n × RT, which this
+/// implementation does not rely on for safety: proposals carry the request body (the paper's
+/// f + 1 make sure a correct replica can forward it), and the core trims only slots this
+/// replica executed and hands a lagging one a snapshot (the paper's w keeps f + 1 replicas
+/// able to continue without one). They change only when a request is ordered or how early a
+/// slot leaves the log, which no history shows; the scenario tests (`tests.rs`) catch both.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Deviation {
     /// Propose after f REQUIREs instead of f + 1 (a request only the leader accepted can be
@@ -167,6 +173,8 @@ pub(crate) struct Deviation {
     /// rejecting it again (a request the client saw rejected by all replicas may then
     /// execute).
     pub forget_rejections: bool,
+    /// Implicit garbage collection one instance too early (window n × RT − 1, §4.4).
+    pub gc_early: bool,
 }
 
 /// A request this replica accepted and that has not executed yet (an *active* request).
@@ -394,6 +402,27 @@ impl MultiPaxosLayer for Idem {
             Ok(m) => format!("{m:?}"),
             Err(e) => format!("<undecodable idem message: {e}>"),
         }
+    }
+}
+
+/// IDEM's mutant for the simulator (feature `mutants`, `synod_protocols::mutants`), with an
+/// overload setting unless the check names its own (`reject_threshold=2`: the simulator's 3–5
+/// clients exceed it, so requests are rejected, retransmitted and forwarded). The other two
+/// deviations (`require_f`, `gc_early`) are not registered there: no black-box check can
+/// catch them in this implementation (see `Deviation`); the scenario tests do.
+#[cfg(feature = "mutants")]
+pub(crate) mod mutants {
+    use super::*;
+
+    fn overloaded(setup: &Setup, dev: Deviation) -> Result<Box<dyn Protocol>, String> {
+        let mut setup = setup.clone();
+        setup.params.options.entry("reject_threshold".into()).or_insert_with(|| "2".into());
+        build_named(&setup, "idem", Mode::Aqm, dev)
+    }
+
+    /// A retransmission of a rejected request runs the acceptance test again.
+    pub fn build_forget_rejections(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        overloaded(setup, Deviation { forget_rejections: true, ..Deviation::default() })
     }
 }
 

@@ -323,6 +323,29 @@ fn implicit_garbage_collection_trims_a_window_behind() {
     }
 }
 
+/// The trim bound is exactly the window n × RT behind the newest slot; the mutant that
+/// collects one instance too early trims one slot further (same schedule, same log).
+fn trim_position(build: Build) -> (u64, u64) {
+    let mut net = net_with(3, build, &["reject_threshold=4"]);
+    let leader = net.leader().unwrap();
+    for seq in 1..=60 {
+        net.request(leader, 1, seq, put("k", "v"));
+        net.run_for(Duration::from_millis(2));
+    }
+    net.run_for(Duration::from_millis(200));
+    (stat(&net, leader, "gle"), stat(&net, leader, "log_last"))
+}
+
+#[test]
+fn the_gc_early_mutant_is_caught() {
+    let (bound, last) = trim_position(super::build);
+    assert_eq!(bound, last - 12, "window n x RT = 12");
+    let gc_early = |s: &Setup| build_with(s, Deviation { gc_early: true, ..Deviation::default() });
+    let (bound_early, last_early) = trim_position(gc_early);
+    assert_eq!(last_early, last);
+    assert_eq!(bound_early, last - 11, "the mutant trims one instance too early");
+}
+
 #[test]
 fn options_are_checked() {
     let mut p = params(&["reject_threshold=0"]);
