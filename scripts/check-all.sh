@@ -31,12 +31,14 @@ done
 # crossword config=rotate: every (c, q) of the boundary mixed in one schedule (the default
 # chooser picks the full copy for the simulator's small values). idem-nopr with RT=2 moves
 # the implicit-GC window (n x RT slots) close behind the log head, so lagging replicas take
-# the snapshot path; paxos-lbr with RT=2 rejects at its leader. read_lease=on: leaders answer
+# the snapshot path; paxos-lbr with RT=2 rejects at its leader; idem with RT=2 is the
+# overload mode (the simulator's clients exceed the threshold: rejections, definitive ones,
+# retransmissions of rejected ids, forwards; the restart hazard of seed 419). read_lease=on: leaders answer
 # Gets from their lease (readers=1: one client only reads, so a deposed leader's stale
 # answer would be seen; it is `synod check --readers 1`, not a protocol option).
 for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" \
   "mencius catchup_chunk=2" "epaxos reply=commit" "crossword config=rotate" "crossword config=1" \
-  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2" \
+  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2" "idem reject_threshold=2" \
   "nezha commutativity=off" "nezha catchup_chunk=2" "nezha speculate=off" \
   "multipaxos read_lease=on readers=1" "crossword read_lease=on config=rotate readers=1" "rspaxos read_lease=on readers=1"; do
   set -- $opts

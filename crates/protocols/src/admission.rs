@@ -249,6 +249,94 @@ impl RejectCache {
     }
 }
 
+/// The verdict a replica gave a request, as a durable record (`Verdicts::record`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VerdictRecord {
+    pub id: ReqId,
+    pub accepted: bool,
+}
+
+/// Every verdict this replica gave, per request id, kept until the client's session moved
+/// past the request — durably, so that a verdict outlives a restart.
+///
+/// Why (a decision the paper leaves open; its replicas never restart): a client concludes
+/// *failure* — the request never executes — from `n` REJECTs of distinct replicas. That is
+/// sound only if no replica ever both rejects and accepts one request id, in any order and
+/// across restarts. Two rules give it:
+/// * a replica's first verdict on an id is final for its own acceptance test: a rejected id
+///   is rejected again, an accepted id accepted again (after a restart, or after the held
+///   request was released), without re-running the test;
+/// * the only way to accept an id after rejecting it is a FORWARD (§5.2) or the retry of an
+///   executed request, and both exist only because some replica accepted the id first.
+///
+/// So the first acceptance of an id anywhere is an acceptance test passed at a replica that
+/// had no verdict on it, which then never rejects it: a client with `n` REJECTs has one from
+/// a replica that never accepted its request, from every replica — nobody accepted it, and
+/// nobody will (the first acceptance would need a test at a replica that already rejected).
+/// The verdict must be durable before the REJECT or the REQUIRE/FORWARD it causes leaves
+/// (the driver contract of `Persist`), else a replica that rejected, crashed and restarted
+/// could accept a retransmission, forward it, and execute a request its client saw rejected
+/// by every replica (`synod check --protocol idem --seed 419 --param reject_threshold=2`).
+///
+/// Garbage collection follows the session table (`synod_core::session`): once a request of
+/// client `c` with seq `s` executed, the state machine never executes `(c, s')` with
+/// `s' < s` (it answers it as stale), so the verdicts below `s` can no longer matter and are
+/// dropped (from memory now, from the durable image at its next compaction).
+#[derive(Clone, Debug, Default)]
+pub struct Verdicts {
+    by_client: BTreeMap<u64, BTreeMap<u64, bool>>,
+}
+
+impl Verdicts {
+    pub fn get(&self, id: &ReqId) -> Option<bool> {
+        self.by_client.get(&id.0).and_then(|s| s.get(&id.1)).copied()
+    }
+
+    /// Note a verdict; `Some(record)` when it is new and must be persisted. An acceptance
+    /// replaces a rejection (a forward of a request someone accepted), never the reverse.
+    pub fn note(&mut self, id: ReqId, accepted: bool) -> Option<VerdictRecord> {
+        let seqs = self.by_client.entry(id.0).or_default();
+        match seqs.get(&id.1) {
+            Some(true) => None,
+            Some(false) if !accepted => None,
+            _ => {
+                seqs.insert(id.1, accepted);
+                Some(VerdictRecord { id, accepted })
+            }
+        }
+    }
+
+    /// Replay a durable record (recovery).
+    pub fn replay(&mut self, r: VerdictRecord) {
+        self.note(r.id, r.accepted);
+    }
+
+    /// Request `(client, seq)` executed: forget the client's verdicts below `seq`.
+    pub fn executed(&mut self, client: u64, seq: u64) {
+        if let Some(seqs) = self.by_client.get_mut(&client) {
+            *seqs = seqs.split_off(&seq);
+            if seqs.is_empty() {
+                self.by_client.remove(&client);
+            }
+        }
+    }
+
+    /// Every live verdict, for a compacted durable image.
+    pub fn records(&self) -> impl Iterator<Item = VerdictRecord> + '_ {
+        self.by_client
+            .iter()
+            .flat_map(|(c, seqs)| seqs.iter().map(move |(s, a)| VerdictRecord { id: (*c, *s), accepted: *a }))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_client.values().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_client.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,6 +449,32 @@ mod tests {
         p.set("reject_threshold=5").unwrap();
         p.set("admission=sometimes").unwrap();
         assert!(AdmissionConfig::from_params(&p, Mode::Aqm).is_err());
+    }
+
+    #[test]
+    fn verdicts_keep_the_first_rejection_until_an_acceptance_and_follow_the_sessions() {
+        let mut v = Verdicts::default();
+        assert_eq!(v.note((1, 5), false), Some(VerdictRecord { id: (1, 5), accepted: false }));
+        assert_eq!(v.note((1, 5), false), None, "a repeated verdict is not persisted twice");
+        assert_eq!(v.note((1, 5), true), Some(VerdictRecord { id: (1, 5), accepted: true }));
+        assert_eq!(v.note((1, 5), false), None, "an acceptance is never turned into a rejection");
+        assert_eq!(v.get(&(1, 5)), Some(true));
+        v.note((1, 6), false);
+        v.note((2, 1), false);
+        let mut replayed = Verdicts::default();
+        for r in v.records() {
+            replayed.replay(r);
+        }
+        assert_eq!(
+            (replayed.get(&(1, 5)), replayed.get(&(1, 6)), replayed.get(&(2, 1))),
+            (Some(true), Some(false), Some(false))
+        );
+        // Client 1's seq 6 executed: seq 5 can never execute any more, seq 6 is kept.
+        v.executed(1, 6);
+        assert_eq!((v.get(&(1, 5)), v.get(&(1, 6)), v.len()), (None, Some(false), 2));
+        v.executed(2, 2);
+        assert_eq!(v.get(&(2, 1)), None);
+        assert_eq!(v.len(), 1);
     }
 
     #[test]

@@ -133,6 +133,14 @@ pub mod mutants {
             tolerates: crate::registry::minority,
             build: crate::fastpaxos::mutants::build_small_fast_quorum,
         },
+        ProtocolInfo {
+            name: "idem-sticky-off",
+            description: "IDEM whose replicas re-run the acceptance test on a retransmission of a request they rejected (non-sticky rejection: a request its client saw rejected by every replica can execute); reject_threshold=2 unless given",
+            client: crate::idem::policy::client,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::idem::mutants::build_forget_rejections,
+        },
     ];
 
     pub fn all() -> &'static [ProtocolInfo] {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::admission::Verdict;
 use crate::multipaxos::Msg;
+use msg::IdemRecord;
 use synod_core::protocol::encode;
 use synod_core::{ReplyBody, Role};
 
@@ -83,23 +84,31 @@ impl Idem {
         if retry_of_executed {
             return self.accept(core, ctx, cmd, client);
         }
-        if !self.dev.forget_rejections {
-            if let Some(r) = self.rejected.get(&id) {
-                // Sticky: the same verdict, and keep the client to answer if the request
-                // executes after all (other replicas may have accepted it).
+        // Sticky verdicts, also across a restart and after a release (`admission::Verdicts`
+        // has the argument): an id accepted here before is accepted again, one rejected here
+        // is rejected again, neither re-runs the test.
+        match self.verdicts.get(&id) {
+            Some(true) => return self.accept(core, ctx, cmd, client),
+            Some(false) if !self.dev.forget_rejections => {
+                // Keep the client to answer if the request executes after all (other replicas
+                // may have accepted it).
                 if let Some(c) = client {
-                    let cmd = r.cmd.clone();
-                    self.rejected.insert(cmd.clone(), Some(c));
                     let reason = "rejected (overload): this request was rejected here before".to_string();
                     ctx.answer(c, &cmd, ReplyBody::Rejected { reason });
+                    self.rejected.insert(cmd, client);
+                } else if !self.rejected.contains(&id) {
+                    self.rejected.insert(cmd, None);
                 }
                 return;
             }
+            _ => {}
         }
         match self.test.test(ctx.now, cmd.client, cmd.seq, self.held.len()) {
             Verdict::Accept => self.accept(core, ctx, cmd, client),
             Verdict::Reject(reason) => {
                 self.stats.rejected += 1;
+                // Durable before the REJECT leaves.
+                self.note_verdict(core, ctx, id, false);
                 if let Some(c) = client {
                     ctx.answer(c, &cmd, ReplyBody::Rejected { reason });
                 }
@@ -108,9 +117,24 @@ impl Idem {
         }
     }
 
+    /// Note this replica's verdict on a request; a new one is made durable before anything it
+    /// causes leaves (a REJECT, a REQUIRE, a FORWARD). Without proactive rejection
+    /// (`idem-nopr`) a replica never rejects, so there is nothing to keep consistent and
+    /// nothing is written.
+    fn note_verdict(&mut self, core: &MultiPaxos, ctx: &mut Ctx<'_>, id: ReqId, accepted: bool) {
+        if self.test.config().mode == Mode::Off {
+            return;
+        }
+        if let Some(r) = self.verdicts.note(id, accepted) {
+            core.persist_layer(ctx, encode(&IdemRecord::Verdict(r)));
+        }
+    }
+
     /// Accept a request: it becomes active here, and the leader learns it with a REQUIRE.
     pub(super) fn accept(&mut self, core: &MultiPaxos, ctx: &mut Ctx<'_>, cmd: Command, client: Option<ClientRef>) {
         let id = (cmd.client, cmd.seq);
+        // Durable before the REQUIRE (and any FORWARD) leaves.
+        self.note_verdict(core, ctx, id, true);
         let client = client.or_else(|| self.rejected.take_client(&id));
         self.stats.accepted += 1;
         self.held.insert(id, Held { cmd, client, since: ctx.now, required: None, forwarded: None });

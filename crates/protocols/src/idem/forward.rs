@@ -83,7 +83,10 @@ impl Idem {
     /// s − w was executed by f + 1 replicas, and drops them (the core trims no further than
     /// this replica executed; a replica that lags behind the bound fetches a snapshot).
     fn implicit_gc(&self, core: &MultiPaxos) -> Option<LayerOp> {
-        let window = (core.members().len() * self.cfg.admission.threshold) as u64;
+        let mut window = (core.members().len() * self.cfg.admission.threshold) as u64;
+        if self.dev.gc_early {
+            window = window.saturating_sub(1);
+        }
         let bound = core.log_last().saturating_sub(window);
         (bound > core.trim_bound()).then_some(LayerOp::Trim(bound))
     }

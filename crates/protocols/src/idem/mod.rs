@@ -44,7 +44,12 @@
 //!   answers it as a stale retry, the same on every replica);
 //! * a request accepted but not executed within `hold_max` (default 30 s) is released
 //!   (it was executed inside a snapshot this replica installed, or the cluster lost it);
-//! * the rejection cache is in memory: a restarted replica has forgotten its rejections.
+//! * verdicts are sticky per request id, also across a restart: a replica's first verdict
+//!   (accept or reject) is made durable before the REJECT or REQUIRE it causes leaves, and a
+//!   retransmission gets the same verdict without a new test (`admission::Verdicts` has the
+//!   argument why a client's `n` REJECTs then mean that nobody accepted); verdicts are
+//!   dropped once a newer request of the same client executed (the session table answers
+//!   older ones as stale). The rejection cache (bodies, clients to answer) is in memory.
 //!
 //! Variants: `idem-nopr` (no proactive rejection, `admission=off`) and `idem-noaqm` (tail drop
 //! only, `admission=taildrop`), the paper's ablations.
@@ -54,15 +59,16 @@ mod forward;
 pub mod msg;
 pub mod policy;
 
-use crate::admission::{AcceptanceTest, AdmissionConfig, Mode, RejectCache, ReqId};
+use crate::admission::{AcceptanceTest, AdmissionConfig, Mode, RejectCache, ReqId, Verdicts};
 use crate::layers::{Compaction, LayerMsg, LayerOp, MultiPaxosLayer, TrimPolicy};
 use crate::multipaxos::{MultiPaxos, Variant};
 use crate::registry::Setup;
-use msg::IdemMsg;
+use bytes::Bytes;
+use msg::{IdemMsg, IdemRecord};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::str::FromStr;
 use std::time::Duration;
-use synod_core::protocol::decode;
+use synod_core::protocol::{decode, encode};
 use synod_core::{ClientRef, Command, Ctx, NodeId, Protocol, ProtocolParams, RequestMeta, Time, TimerId};
 
 /// The layer's periodic tick (forwarding, REQUIRE re-sends, garbage collection).
@@ -149,17 +155,26 @@ impl IdemConfig {
     }
 }
 
-/// Deliberate deviations for the mutation tests (`tests.rs`); all off in IDEM. They break
-/// IDEM's client-facing guarantees, not linearizability, so the simulator's safety checkers
-/// cannot see them until its clients report definitive rejections; the scenario tests do.
+/// Deliberate deviations for the mutation tests; all off in IDEM. `forget_rejections` breaks
+/// the client's definitive failure (a request every replica rejected executes): the simulator
+/// catches it with `reject_threshold=2` (mutant `idem-sticky-off`). `require_f` and `gc_early`
+/// break the paper's *reasons* for f + 1 REQUIREs and the window w = n × RT, which this
+/// implementation does not rely on for safety: proposals carry the request body (the paper's
+/// f + 1 make sure a correct replica can forward it), and the core trims only slots this
+/// replica executed and hands a lagging one a snapshot (the paper's w keeps f + 1 replicas
+/// able to continue without one). They change only when a request is ordered or how early a
+/// slot leaves the log, which no history shows; the scenario tests (`tests.rs`) catch both.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Deviation {
     /// Propose after f REQUIREs instead of f + 1 (a request only the leader accepted can be
     /// ordered, and lost with the leader: Property 5.1 no longer holds).
     pub require_f: bool,
-    /// Re-run the acceptance test on a retransmission of a rejected request (a request the
-    /// client saw rejected by all replicas may then execute).
+    /// Re-run the acceptance test on a retransmission of a rejected request instead of
+    /// rejecting it again (a request the client saw rejected by all replicas may then
+    /// execute).
     pub forget_rejections: bool,
+    /// Implicit garbage collection one instance too early (window n × RT − 1, §4.4).
+    pub gc_early: bool,
 }
 
 /// A request this replica accepted and that has not executed yet (an *active* request).
@@ -202,6 +217,8 @@ pub struct Idem {
     /// Active requests: accepted here, not executed yet.
     held: BTreeMap<ReqId, Held>,
     rejected: RejectCache,
+    /// This replica's verdict per request id, durable (sticky across restarts).
+    verdicts: Verdicts,
     executed: BTreeSet<ReqId>,
     executed_order: VecDeque<ReqId>,
     /// Newest executed seq per client session.
@@ -225,6 +242,7 @@ impl Idem {
             test: AcceptanceTest::new(cfg.admission),
             held: BTreeMap::new(),
             rejected: RejectCache::new(cfg.reject_cache),
+            verdicts: Verdicts::default(),
             executed: BTreeSet::new(),
             executed_order: VecDeque::new(),
             newest: BTreeMap::new(),
@@ -305,6 +323,7 @@ impl MultiPaxosLayer for Idem {
         self.remember_executed(id);
         let newest = self.newest.entry(cmd.client).or_insert(0);
         *newest = (*newest).max(cmd.seq);
+        self.verdicts.executed(cmd.client, cmd.seq);
         self.requires.remove(&id);
         self.bodies.remove(&id);
         self.proposed.remove(&id);
@@ -358,6 +377,21 @@ impl MultiPaxosLayer for Idem {
         extra.insert("fetched".into(), self.stats.fetched.to_string());
         extra.insert("released".into(), self.stats.released.to_string());
         extra.insert("reject_cache".into(), self.rejected.len().to_string());
+        extra.insert("verdicts".into(), self.verdicts.len().to_string());
+    }
+
+    fn recover_record(&mut self, record: &[u8]) -> Result<(), String> {
+        match decode::<IdemRecord>(record) {
+            Ok(IdemRecord::Verdict(v)) => {
+                self.verdicts.replay(v);
+                Ok(())
+            }
+            Err(e) => Err(format!("idem record: {e}")),
+        }
+    }
+
+    fn durable_records(&self) -> Vec<Bytes> {
+        self.verdicts.records().map(|v| encode(&IdemRecord::Verdict(v))).collect()
     }
 
     fn describe_message(&self, msg: &[u8]) -> String {
@@ -368,6 +402,27 @@ impl MultiPaxosLayer for Idem {
             Ok(m) => format!("{m:?}"),
             Err(e) => format!("<undecodable idem message: {e}>"),
         }
+    }
+}
+
+/// IDEM's mutant for the simulator (feature `mutants`, `synod_protocols::mutants`), with an
+/// overload setting unless the check names its own (`reject_threshold=2`: the simulator's 3–5
+/// clients exceed it, so requests are rejected, retransmitted and forwarded). The other two
+/// deviations (`require_f`, `gc_early`) are not registered there: no black-box check can
+/// catch them in this implementation (see `Deviation`); the scenario tests do.
+#[cfg(feature = "mutants")]
+pub(crate) mod mutants {
+    use super::*;
+
+    fn overloaded(setup: &Setup, dev: Deviation) -> Result<Box<dyn Protocol>, String> {
+        let mut setup = setup.clone();
+        setup.params.options.entry("reject_threshold".into()).or_insert_with(|| "2".into());
+        build_named(&setup, "idem", Mode::Aqm, dev)
+    }
+
+    /// A retransmission of a rejected request runs the acceptance test again.
+    pub fn build_forget_rejections(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        overloaded(setup, Deviation { forget_rejections: true, ..Deviation::default() })
     }
 }
 

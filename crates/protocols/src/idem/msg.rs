@@ -1,7 +1,7 @@
 //! IDEM's messages between replicas (§4.3, §5.2). They travel inside the MultiPaxos core's
 //! `Msg::Layer`; agreement itself (the paper's PROPOSE / COMMIT) is the core's phase 2.
 
-use crate::admission::ReqId;
+use crate::admission::{ReqId, VerdictRecord};
 use serde::{Deserialize, Serialize};
 use synod_core::Command;
 
@@ -20,4 +20,11 @@ pub enum IdemMsg {
     Fetch { id: ReqId },
     /// The answer to a FETCH: the request's body (stored, not accepted).
     Body { cmd: Command },
+}
+
+/// IDEM's durable records (`Record::Layer` of the MultiPaxos core).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IdemRecord {
+    /// This replica's verdict on a request (sticky across restarts: `admission::Verdicts`).
+    Verdict(VerdictRecord),
 }

@@ -11,7 +11,10 @@
 //!
 //! A request nobody answers within the attempt timeout is sent to every replica again (same
 //! request id: replicas that hold it absorb the copy, those that rejected it reject again);
-//! rejections counted so far still count.
+//! rejections counted so far still count. That is sound because a replica's verdict on a
+//! request id is durable and final (`crate::admission::Verdicts`): a replica that rejected it
+//! never accepts it through its own test, not even after a restart, so `n` REJECTs collected
+//! over several attempts still mean that no replica ever accepted the request.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

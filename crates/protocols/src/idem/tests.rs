@@ -130,6 +130,74 @@ fn a_retry_of_an_executed_request_is_answered_not_rejected() {
     net.assert_agreement();
 }
 
+/// Verdicts are sticky across a restart (and across compactions of the durable image): a
+/// replica that rejected a request, crashed and restarted rejects a retransmission again
+/// although it has room now. Before, rejections were in memory only and the restarted replica
+/// accepted the retransmission and forwarded it, so a request its client saw rejected by all
+/// replicas executed (`synod check --protocol idem --seed 419 --param reject_threshold=2`).
+#[test]
+fn a_rejection_is_sticky_across_a_restart_and_a_compaction() {
+    let mut net = net(3, &["reject_threshold=2", "admission=taildrop", "relay=false", "compact_every=2"]);
+    let f = followers(&net)[0];
+    net.drop = Box::new(|_, _, b| is_accept(b));
+    net.request(f, 1, 1, put("a", "1"));
+    net.request(f, 2, 1, put("b", "1"));
+    net.request(f, 3, 1, put("c", "1"));
+    assert!(matches!(net.reply_for(3, 1), Some(ReplyBody::Rejected { .. })), "{:?}", net.reply_for(3, 1));
+    net.drop = Box::new(|_, _, _| false);
+    // Enough executed slots for the durable image to be compacted (every 2) a few times.
+    for seq in 1..=6 {
+        net.request(net.leader().unwrap(), 4, seq, put("d", &seq.to_string()));
+    }
+    net.run_for(Duration::from_millis(2000));
+    assert_eq!(net.reply_for(1, 1), Some(&done()));
+    assert_eq!(stat(&net, f, "active"), 0);
+    // Garbage collection follows the session table: of client 4's six requests (forwarded to
+    // and accepted by `f`) only the newest verdict is kept; one per client 1, 2, 3.
+    assert_eq!(stat(&net, f, "verdicts"), 4);
+    net.crash(f);
+    net.restart(f);
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(stat(&net, f, "verdicts"), 4, "verdicts recovered from the compacted image and the later records");
+    net.replies.clear();
+    net.request(f, 3, 1, put("c", "1"));
+    net.run_for(Duration::from_millis(500));
+    assert!(
+        matches!(net.reply_for(3, 1), Some(ReplyBody::Rejected { .. })),
+        "the restarted replica changed its verdict: {:?}",
+        net.reply_for(3, 1)
+    );
+    net.assert_agreement();
+}
+
+/// The other half of the same rule: a replica that accepted a request (and may have required
+/// or forwarded it) and restarted must not reject a retransmission of it, even when full.
+#[test]
+fn an_acceptance_is_sticky_across_a_restart() {
+    let mut net = net(3, &["reject_threshold=2", "admission=taildrop", "relay=false", "forward_ms=1000"]);
+    let f = followers(&net)[0];
+    net.drop = Box::new(|_, _, b| is_accept(b));
+    net.request(f, 1, 1, put("a", "1"));
+    net.run_for(Duration::from_millis(5));
+    net.crash(f);
+    net.restart(f);
+    // Fill the restarted replica up to the threshold.
+    net.request(f, 2, 1, put("b", "1"));
+    net.request(f, 3, 1, put("c", "1"));
+    net.replies.clear();
+    net.request(f, 1, 1, put("a", "1"));
+    net.run_for(Duration::from_millis(5));
+    assert!(
+        !matches!(net.reply_for(1, 1), Some(ReplyBody::Rejected { .. })),
+        "the restarted replica rejected a request it had accepted: {:?}",
+        net.reply_for(1, 1)
+    );
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_millis(3000));
+    assert_eq!(net.reply_for(1, 1), Some(&done()));
+    net.assert_agreement();
+}
+
 #[test]
 fn the_forget_rejections_mutant_is_caught() {
     let forget = |s: &Setup| build_with(s, Deviation { forget_rejections: true, ..Deviation::default() });
@@ -253,6 +321,29 @@ fn implicit_garbage_collection_trims_a_window_behind() {
         let first = stat(&net, n, "log_first");
         assert!(first > 1 && first + 6 >= last, "n{n}: log_first {first}, log_last {last}");
     }
+}
+
+/// The trim bound is exactly the window n × RT behind the newest slot; the mutant that
+/// collects one instance too early trims one slot further (same schedule, same log).
+fn trim_position(build: Build) -> (u64, u64) {
+    let mut net = net_with(3, build, &["reject_threshold=4"]);
+    let leader = net.leader().unwrap();
+    for seq in 1..=60 {
+        net.request(leader, 1, seq, put("k", "v"));
+        net.run_for(Duration::from_millis(2));
+    }
+    net.run_for(Duration::from_millis(200));
+    (stat(&net, leader, "gle"), stat(&net, leader, "log_last"))
+}
+
+#[test]
+fn the_gc_early_mutant_is_caught() {
+    let (bound, last) = trim_position(super::build);
+    assert_eq!(bound, last - 12, "window n x RT = 12");
+    let gc_early = |s: &Setup| build_with(s, Deviation { gc_early: true, ..Deviation::default() });
+    let (bound_early, last_early) = trim_position(gc_early);
+    assert_eq!(last_early, last);
+    assert_eq!(bound_early, last - 11, "the mutant trims one instance too early");
 }
 
 #[test]

@@ -41,6 +41,9 @@
 //! * execution — [`on_executed`](MultiPaxosLayer::on_executed), [`on_timer`](MultiPaxosLayer::on_timer);
 //! * trimming and snapshots — [`compaction`](MultiPaxosLayer::compaction),
 //!   [`snapshot_source`](MultiPaxosLayer::snapshot_source);
+//! * the layer's durable state — [`recover_record`](MultiPaxosLayer::recover_record),
+//!   [`durable_records`](MultiPaxosLayer::durable_records) (written with
+//!   `MultiPaxos::persist_layer`);
 //! * observability — [`options`](MultiPaxosLayer::options), [`status`](MultiPaxosLayer::status),
 //!   [`describe_message`](MultiPaxosLayer::describe_message),
 //!   [`describe_value`](MultiPaxosLayer::describe_value).
@@ -269,6 +272,22 @@ pub trait MultiPaxosLayer: Send {
     /// a snapshot from (`None`: this replica).
     fn snapshot_source(&self, _core: &MultiPaxos, _requester: NodeId, _first: u64) -> Option<NodeId> {
         None
+    }
+
+    // ----- 5. the layer's own durable state ----------------------------------------------
+
+    /// A record the layer persisted (`MultiPaxos::persist_layer`), replayed in write order at
+    /// recovery, before the recovered log is executed. An error makes the replica passive,
+    /// like an undecodable core record (its durable state cannot be trusted).
+    fn recover_record(&mut self, _record: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The layer's live durable state, written into every compacted durable image after the
+    /// core's records: layer records persisted earlier and not listed here are dropped by
+    /// the compaction (the layer's garbage collection of its durable state).
+    fn durable_records(&self) -> Vec<Bytes> {
+        Vec::new()
     }
 
     // ----- observability ------------------------------------------------------------------

@@ -82,6 +82,12 @@ impl<L: MultiPaxosLayer> MultiPaxosLayer for EagerCommit<L> {
     fn snapshot_source(&self, core: &MultiPaxos, requester: NodeId, first: u64) -> Option<NodeId> {
         self.0.snapshot_source(core, requester, first)
     }
+    fn recover_record(&mut self, record: &[u8]) -> Result<(), String> {
+        self.0.recover_record(record)
+    }
+    fn durable_records(&self) -> Vec<Bytes> {
+        self.0.durable_records()
+    }
     fn status(&self, core: &MultiPaxos, extra: &mut BTreeMap<String, String>) {
         self.0.status(core, extra)
     }

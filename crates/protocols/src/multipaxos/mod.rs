@@ -359,6 +359,13 @@ impl MultiPaxos {
         ctx.persist(0, records.iter().map(encode).collect());
     }
 
+    /// Persist one record of the layer's durable state (`Record::Layer`): durable before any
+    /// later message leaves, replayed through `MultiPaxosLayer::recover_record`, and carried
+    /// into compacted images only if `MultiPaxosLayer::durable_records` still lists it.
+    pub(crate) fn persist_layer(&self, ctx: &mut Ctx<'_>, record: Bytes) {
+        self.persist(ctx, &[Record::Layer(record)]);
+    }
+
     /// Re-arm the election timer at a random timeout in `[min, max]` (seeded RNG).
     fn reset_election_timer(&mut self, ctx: &mut Ctx<'_>) {
         let min = Duration::from_millis(self.params.election_timeout_min_ms);
@@ -434,6 +441,12 @@ impl Protocol for MultiPaxos {
                     self.snapshot = Some(LocalSnapshot { index, data, members });
                     self.durable_base = index;
                     commit_upto = commit_upto.max(index);
+                }
+                Ok(Record::Layer(record)) => {
+                    if let Err(e) = self.layer.recover_record(&record) {
+                        self.broken = Some(format!("undecodable durable layer record: {e}"));
+                        return;
+                    }
                 }
                 // Records are written by this code and checksummed by the WAL, so an
                 // undecodable one means a format change or a bug. Skipping it could forget a

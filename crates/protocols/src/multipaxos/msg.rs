@@ -178,4 +178,7 @@ pub enum Record {
     Led(Ballot),
     /// Voted `value` in the fast round of `ballot` for `slot` (`crate::fastpaxos`).
     FastAccept { slot: u64, ballot: Ballot, value: Value },
+    /// A record of the layer's own durable state (opaque here: only the layer decodes it,
+    /// [`crate::layers::MultiPaxosLayer::recover_record`]), e.g. IDEM's per-request verdicts.
+    Layer(Bytes),
 }

@@ -107,6 +107,8 @@ impl MultiPaxos {
         }
         let c = self.log.committed_prefix();
         records.push(Record::CommitUpto(c));
+        // The layer's durable state as it is now (what it garbage-collected stays behind).
+        records.extend(self.layer.durable_records().into_iter().map(Record::Layer));
         self.persisted_commit = c;
         self.durable_base = s.index;
         // The snapshot's bytes go to the driver as they are, behind their encoded header.
