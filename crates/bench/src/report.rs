@@ -295,7 +295,7 @@ mod tests {
             target: target.into(),
             point: point.map(String::from),
             round,
-            summary: Summary { elapsed_s: 1.0, dropped: 0, classes: vec![c] },
+            summary: Summary { elapsed_s: 1.0, dropped: 0, classes: vec![c], commits: Default::default() },
         }
     }
 

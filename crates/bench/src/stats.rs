@@ -331,6 +331,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn commit_paths_count_the_difference_and_the_fast_share() {
+        let counters = |f: u64, s: u64| {
+            [("fast_commits".to_string(), f), ("slow_commits".to_string(), s), ("other".to_string(), 7)]
+                .into_iter()
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let before = CommitPaths::from_counters(&counters(10, 5));
+        let run = before.until(CommitPaths::from_counters(&counters(100, 15)));
+        assert_eq!(run, CommitPaths { fast: 90, slow: 10, done: 0 });
+        assert_eq!(run.fast_pct(), Some(90.0));
+        assert_eq!(CommitPaths::default().fast_pct(), None, "no counted commits: no ratio");
+    }
+
+    #[test]
     fn percentiles_per_class_and_overall() {
         let mut r = Recorder::new(Duration::from_secs(1));
         for i in 1..=1000u64 {
