@@ -368,8 +368,9 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
                 if progress {
                     cfg.progress = Some(title.clone());
                 }
+                let commits_before = commit_paths(target).await;
                 let t = target.clone();
-                let result = driver::run(
+                let mut result = driver::run(
                     move |i| {
                         let t = t.clone();
                         async move { t.connect(i, key_size).await }
@@ -380,6 +381,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
                 )
                 .await
                 .with_context(|| format!("running against {target}"))?;
+                result.summary.commits = commits_before.until(commit_paths(target).await);
                 let mut dir = args.out.join(&target.label);
                 if let Some(p) = point {
                     dir = dir.join(p.replace('=', "-"));
@@ -415,6 +417,29 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The commit-path counters a run of `target` moves: the client policies' in this process
+/// and, for synod, those of the proxy processes among its endpoints (their status says
+/// `proxy = true`).
+async fn commit_paths(target: &crate::target::TargetSpec) -> crate::stats::CommitPaths {
+    let mut counters = synod_client::policy_counters();
+    if target.kind == crate::target::TargetKind::Synod {
+        for (_, status) in synod_client::status_all(&target.endpoints, std::time::Duration::from_secs(2)).await {
+            let Ok(status) = status else { continue };
+            if status.extra.get("proxy").map(String::as_str) != Some("true") {
+                continue;
+            }
+            for (k, v) in &status.extra {
+                if let Ok(v) = v.parse::<u64>() {
+                    if k.ends_with("_commits") {
+                        *counters.entry(k.clone()).or_default() += v;
+                    }
+                }
+            }
+        }
+    }
+    crate::stats::CommitPaths::from_counters(&counters)
+}
+
 fn print_run(title: &str, r: &driver::RunResult) {
     println!("{title}{}", if r.interrupted { " (interrupted)" } else { "" });
     println!(
@@ -446,6 +471,13 @@ fn print_run(title: &str, r: &driver::RunResult) {
     }
     if r.summary.dropped > 0 {
         println!("  dropped arrivals (open loop, over --max-outstanding): {}", r.summary.dropped);
+    }
+    let c = r.summary.commits;
+    if let Some(pct) = c.fast_pct() {
+        println!(
+            "  commits (client policy, warm-up included): fast {} / slow {} / done {}: fast-commit ratio {pct:.1}%",
+            c.fast, c.slow, c.done
+        );
     }
 }
 

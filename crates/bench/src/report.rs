@@ -53,6 +53,15 @@ fn class_csv(c: &crate::stats::ClassSummary) -> String {
     )
 }
 
+/// The commit-path columns (Nezha's fast-commit ratio), after `dropped`.
+const COMMITS_HEADER: &str = "fast_commits,slow_commits,done_commits,fast_commit_pct";
+
+fn commits_csv(s: &Summary) -> String {
+    let c = s.commits;
+    let pct = c.fast_pct().map_or(String::new(), |p| format!("{p:.2}"));
+    format!("{},{},{},{pct}", c.fast, c.slow, c.done)
+}
+
 /// Write one run's files into `dir` (created if needed).
 pub fn write_run(dir: &Path, title: &str, meta: &RunMeta<'_>, result: &RunResult, plots: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -64,9 +73,9 @@ pub fn write_run(dir: &Path, title: &str, meta: &RunMeta<'_>, result: &RunResult
     }
     let out = Out { meta, interrupted: result.interrupted, summary: &result.summary };
     write(&dir.join("summary.json"), serde_json::to_vec_pretty(&out)?)?;
-    let mut csv = format!("{CLASS_HEADER},dropped\n");
+    let mut csv = format!("{CLASS_HEADER},dropped,{COMMITS_HEADER}\n");
     for c in &result.summary.classes {
-        let _ = writeln!(csv, "{},{}", class_csv(c), result.summary.dropped);
+        let _ = writeln!(csv, "{},{},{}", class_csv(c), result.summary.dropped, commits_csv(&result.summary));
     }
     write(&dir.join("summary.csv"), csv)?;
 
@@ -103,18 +112,19 @@ pub struct RunRecord {
 
 /// `runs.csv`: every run, every class.
 pub fn runs_csv(runs: &[RunRecord]) -> String {
-    let mut csv = format!("target,point,round,elapsed_s,{CLASS_HEADER},dropped\n");
+    let mut csv = format!("target,point,round,elapsed_s,{CLASS_HEADER},dropped,{COMMITS_HEADER}\n");
     for r in runs {
         for c in &r.summary.classes {
             let _ = writeln!(
                 csv,
-                "{},{},{},{:.3},{},{}",
+                "{},{},{},{:.3},{},{},{}",
                 r.target,
                 r.point.as_deref().unwrap_or(""),
                 r.round,
                 r.summary.elapsed_s,
                 class_csv(c),
-                r.summary.dropped
+                r.summary.dropped,
+                commits_csv(&r.summary)
             );
         }
     }
@@ -285,7 +295,7 @@ mod tests {
             target: target.into(),
             point: point.map(String::from),
             round,
-            summary: Summary { elapsed_s: 1.0, dropped: 0, classes: vec![c] },
+            summary: Summary { elapsed_s: 1.0, dropped: 0, classes: vec![c], commits: Default::default() },
         }
     }
 

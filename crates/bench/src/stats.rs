@@ -136,7 +136,7 @@ impl Recorder {
             .map(|c| ClassSummary::of(c.name(), &self.classes[c.index()], secs))
             .collect();
         classes.push(ClassSummary::of("all", &self.overall(), secs));
-        Summary { elapsed_s: secs, dropped: self.dropped, classes }
+        Summary { elapsed_s: secs, dropped: self.dropped, classes, commits: CommitPaths::default() }
     }
 
     pub fn timeline_rows(&self) -> Vec<TimelineRow> {
@@ -269,6 +269,41 @@ pub struct Summary {
     pub dropped: u64,
     /// One entry per class that saw operations, then `all`.
     pub classes: Vec<ClassSummary>,
+    /// How the client policy committed the run's requests (Nezha: fast path, slow path,
+    /// or a replica's `Done`), warm-up included; zeros for policies that do not count.
+    pub commits: CommitPaths,
+}
+
+/// Requests committed per path, as the client policies count them (`ClientPolicy::counters`
+/// in this process, plus the counters of the proxy processes the bench talked to).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CommitPaths {
+    pub fast: u64,
+    pub slow: u64,
+    pub done: u64,
+}
+
+impl CommitPaths {
+    /// From counters named `fast_commits`, `slow_commits`, `done_commits`.
+    pub fn from_counters(c: &std::collections::BTreeMap<String, u64>) -> CommitPaths {
+        let get = |k: &str| c.get(k).copied().unwrap_or(0);
+        CommitPaths { fast: get("fast_commits"), slow: get("slow_commits"), done: get("done_commits") }
+    }
+    /// `later - self`, per path.
+    pub fn until(self, later: CommitPaths) -> CommitPaths {
+        CommitPaths {
+            fast: later.fast.saturating_sub(self.fast),
+            slow: later.slow.saturating_sub(self.slow),
+            done: later.done.saturating_sub(self.done),
+        }
+    }
+    pub fn total(&self) -> u64 {
+        self.fast + self.slow + self.done
+    }
+    /// The share of commits on the fast path, in percent (None without counted commits).
+    pub fn fast_pct(&self) -> Option<f64> {
+        (self.total() > 0).then(|| 100.0 * self.fast as f64 / self.total() as f64)
+    }
 }
 
 impl Summary {
@@ -294,6 +329,20 @@ pub struct TimelineRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commit_paths_count_the_difference_and_the_fast_share() {
+        let counters = |f: u64, s: u64| {
+            [("fast_commits".to_string(), f), ("slow_commits".to_string(), s), ("other".to_string(), 7)]
+                .into_iter()
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let before = CommitPaths::from_counters(&counters(10, 5));
+        let run = before.until(CommitPaths::from_counters(&counters(100, 15)));
+        assert_eq!(run, CommitPaths { fast: 90, slow: 10, done: 0 });
+        assert_eq!(run.fast_pct(), Some(90.0));
+        assert_eq!(CommitPaths::default().fast_pct(), None, "no counted commits: no ratio");
+    }
 
     #[test]
     fn percentiles_per_class_and_overall() {

@@ -144,6 +144,28 @@ impl ClientError {
     }
 }
 
+/// The client policies' counters (`ClientPolicy::counters`, e.g. Nezha's `fast_commits`,
+/// `slow_commits`, `done_commits`) summed over every request any client of this process
+/// finished: what `synod bench` reports as the fast-commit ratio.
+static POLICY_COUNTERS: std::sync::Mutex<BTreeMap<&'static str, u64>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// A snapshot of the process-wide policy counters (see [`POLICY_COUNTERS`]).
+pub fn policy_counters() -> BTreeMap<String, u64> {
+    let c = POLICY_COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+    c.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+fn add_policy_counters(before: &[(&'static str, u64)], after: &[(&'static str, u64)]) {
+    if after.is_empty() {
+        return;
+    }
+    let mut c = POLICY_COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+    for (name, v) in after {
+        let was = before.iter().find(|(n, _)| n == name).map_or(0, |(_, b)| *b);
+        *c.entry(*name).or_default() += v.saturating_sub(was);
+    }
+}
+
 /// Map a policy's outcome to this client's result.
 pub fn outcome_result(outcome: Outcome) -> Result<OpResult, ClientError> {
     match outcome {
@@ -322,6 +344,7 @@ impl Client {
         let mut last_error = String::from("none");
         let mut timers: HashMap<u64, tokio::time::Instant> = HashMap::new();
         let mut inbox: VecDeque<PolicyEvent> = VecDeque::new();
+        let counters_before = self.policy.counters();
         let mut actions = self.step(|p, cx| p.begin(cx, cmd));
         loop {
             for action in std::mem::take(&mut actions) {
@@ -339,7 +362,10 @@ impl Client {
                     ClientAction::CancelTimer { id } => {
                         timers.remove(&id);
                     }
-                    ClientAction::Finish(outcome) => return outcome_result(outcome),
+                    ClientAction::Finish(outcome) => {
+                        add_policy_counters(&counters_before, &self.policy.counters());
+                        return outcome_result(outcome);
+                    }
                 }
             }
             if let Some(ev) = inbox.pop_front() {

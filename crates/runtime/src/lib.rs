@@ -13,6 +13,7 @@ pub mod link;
 pub mod metrics;
 pub mod node;
 pub mod peer_auth;
+pub mod proxy;
 pub mod resp;
 pub mod storage;
 pub mod timers;

@@ -45,6 +45,11 @@ pub struct Args {
     /// `snapshot_every=0` or `heartbeat_ms=20`, or a protocol option such as `prevote=true`.
     #[arg(long = "param", value_name = "KEY=VALUE")]
     pub params: Vec<String>,
+    /// Also start this many proxy processes (`synod proxy`): native clients on B+400+i,
+    /// Redis on B+500+i. Clients given the proxies' addresses go through them (Nezha's
+    /// proxy mode); the replicas' own client ports keep working (non-proxy mode).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=99))]
+    pub proxies: u32,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -78,6 +83,14 @@ pub fn main(args: Args) -> ExitCode {
         }
     };
     print_table(&args, &cluster);
+    let mut proxies = match start_proxies(&args, &cluster) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            cluster.stop();
+            return ExitCode::FAILURE;
+        }
+    };
 
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
@@ -90,9 +103,70 @@ pub fn main(args: Args) -> ExitCode {
     // Reports replicas that die and serves restart requests until a signal; keeps running
     // with every replica down too: `synod fault restart` can bring them back.
     let signal = runtime.block_on(cluster.supervise_until(crate::signal::shutdown()));
+    for p in &mut proxies {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
     cluster.stop();
     println!("{signal} received: all replicas stopped");
     ExitCode::SUCCESS
+}
+
+/// Start `args.proxies` proxy processes for the cluster, wait until each accepts
+/// connections, and print their addresses.
+fn start_proxies(args: &Args, cluster: &Cluster) -> Result<Vec<std::process::Child>, String> {
+    if args.proxies == 0 {
+        return Ok(Vec::new());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the synod executable: {e}"))?;
+    let mut children = Vec::new();
+    let mut rows = Vec::new();
+    for i in 1..=args.proxies {
+        let port = |off: u32| {
+            u16::try_from(u32::from(args.base_port) + off + i).map_err(|_| "proxy port above 65535".to_string())
+        };
+        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], port(400)?));
+        let resp = std::net::SocketAddr::from(([127, 0, 0, 1], port(500)?));
+        let log_path = cluster.dir.join(format!("proxy{i}.log"));
+        let log = std::fs::File::create(&log_path).map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child = std::process::Command::new(&exe)
+            .arg("proxy")
+            .arg("--cluster")
+            .arg(&cluster.file_path)
+            .args(["--listen", &listen.to_string(), "--resp", &resp.to_string(), "--id", &(1000 + i).to_string()])
+            .env("RUST_LOG", &args.log_level)
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| format!("cannot start proxy {i}: {e}"))?;
+        rows.push((i, child.id(), listen, resp));
+        children.push(child);
+    }
+    for (i, _, listen, _) in &rows {
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(listen).is_err() {
+            if start.elapsed() > std::time::Duration::from_secs(10) {
+                return Err(format!(
+                    "proxy {i} does not listen on {listen} (see {}/proxy{i}.log)",
+                    cluster.dir.display()
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    println!("{:<5} {:<8} {:<22} {:<}", "PROXY", "PID", "CLIENT", "RESP");
+    for (i, pid, listen, resp) in &rows {
+        println!("{:<5} {:<8} {:<22} {}", 1000 + i, pid, listen.to_string(), resp);
+    }
+    let endpoints: Vec<String> = rows.iter().map(|r| r.2.to_string()).collect();
+    println!(
+        "proxies: {}   (synod ctl --endpoints {} ..., synod bench --target synod={})",
+        endpoints.join(","),
+        endpoints.join(","),
+        endpoints.join(",")
+    );
+    Ok(children)
 }
 
 fn print_table(args: &Args, cluster: &Cluster) {

@@ -7,6 +7,7 @@
 mod ctl;
 mod fault;
 mod local;
+mod proxy;
 mod scenario;
 mod server;
 mod signal;
@@ -34,6 +35,9 @@ enum Command {
     Server(server::Args),
     /// Run a whole cluster of replicas on this machine (child processes), for trying synod out.
     Local(local::Args),
+    /// A stateless proxy in front of a cluster (Nezha's proxies): runs the protocol's client
+    /// policy for the clients that connect to it.
+    Proxy(proxy::Args),
     /// Talk to a cluster: put, get, del, cas, scan, status.
     Ctl(ctl::Args),
     /// Run seeded fault schedules in the deterministic simulator and check linearizability.
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Server(args) => server::main(args),
         Command::Local(args) => local::main(args),
+        Command::Proxy(args) => proxy::main(args),
         Command::Ctl(args) => ctl::main(args),
         Command::Check(args) => ExitCode::from(synod_sim::cli::run_check(&args).clamp(0, 255) as u8),
         Command::Bench(args) => bench(*args),

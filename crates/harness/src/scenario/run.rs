@@ -408,6 +408,8 @@ async fn measure(
             Some(Arc::new(synod_bench::sites::SiteRecorder::new(n, sites.clients_per_site, slot.clone(), s.duration)));
     }
     let (t, rec) = (Arc::new(site_targets), recorder.clone());
+    // The client policies' commit paths (Nezha: fast / slow / done) over the run.
+    let commits_before = synod_bench::stats::CommitPaths::from_counters(&synod_client::policy_counters());
     let result = driver::run(
         move |i| {
             let (t, rec) = (t.clone(), rec.clone());
@@ -424,7 +426,9 @@ async fn measure(
     .await;
     drop(proxies);
     sampling_done.store(true, Ordering::SeqCst);
-    let result = result.context("running the workload")?;
+    let mut result = result.context("running the workload")?;
+    result.summary.commits =
+        commits_before.until(synod_bench::stats::CommitPaths::from_counters(&synod_client::policy_counters()));
     if stop.raised() {
         scheduler.abort();
     }

@@ -221,7 +221,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
                 }
                 Some(ev) = fwd_rx.recv() => match ev {
                     FwdEvent::Reply(r) => c.reply(r).await,
-                    FwdEvent::Failed { node, seq, reason } => {
+                    FwdEvent::Failed { node, seq, reason, .. } => {
                         if let Some(p) = c.pending.get_mut(&seq) {
                             p.last_error = reason;
                         }

@@ -10,8 +10,13 @@
 //! One multiplexed connection per target replica, shared by every RESP connection of this
 //! listener: requests are written as they come, replies are routed back by (client, seq).
 //! When the connection fails every waiting request is told so at once (its RESP connection
-//! retries); a connection that has requests outstanding but has been silent for
+//! retries); a connection that was sent requests and has been silent since for
 //! [`SILENCE_LIMIT`] is dropped the same way.
+//!
+//! A request may have several replies from one replica (Nezha: a fast-reply, then a
+//! slow-reply): a partial reply (`Speculative`, `SlowReply`) keeps the request's route, a
+//! final one removes it; routes nobody answered finally are dropped after [`ROUTE_LIFETIME`].
+//! The Nezha proxy process (`crate::proxy`) sends through this forwarder too.
 
 use bytes::BytesMut;
 use std::collections::HashMap;
@@ -19,7 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 use synod_core::wire::{self, ClientMsg, ServerMsg, CLIENT_MAGIC};
-use synod_core::{Command, NodeId, Reply, RequestMeta};
+use synod_core::{Command, NodeId, Reply, ReplyBody, RequestMeta};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -30,6 +35,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// A forwarding connection with requests outstanding and nothing received for this long is
 /// considered dead.
 pub const SILENCE_LIMIT: Duration = Duration::from_secs(5);
+/// A request's route to its sender is forgotten this long after it was sent (a request
+/// answered with partial replies only gets no final one).
+pub const ROUTE_LIFETIME: Duration = Duration::from_secs(30);
 /// Requests queued towards one replica before `send` refuses (the caller retries later).
 const QUEUE: usize = 8192;
 
@@ -40,6 +48,7 @@ pub enum FwdEvent {
     /// The command may not have reached `node` (or its reply was lost).
     Failed {
         node: NodeId,
+        client: u64,
         seq: u64,
         reason: String,
     },
@@ -99,24 +108,23 @@ impl Forwarder {
 /// One forwarding connection: runs until it fails or the forwarder is dropped, then fails
 /// whatever is outstanding or still queued.
 async fn run_connection(node: NodeId, addr: SocketAddr, max_frame: usize, mut rx: mpsc::Receiver<FwdReq>) {
-    let mut waiters: HashMap<(u64, u64), mpsc::UnboundedSender<FwdEvent>> = HashMap::new();
+    let mut waiters: Waiters = HashMap::new();
     let reason = serve(addr, max_frame, &mut rx, &mut waiters).await;
     debug!(%addr, "forwarding connection closed: {reason}");
     rx.close();
     while let Ok(req) = rx.try_recv() {
-        let _ = req.back.send(FwdEvent::Failed { node, seq: req.cmd.seq, reason: reason.clone() });
+        let (client, seq) = (req.cmd.client, req.cmd.seq);
+        let _ = req.back.send(FwdEvent::Failed { node, client, seq, reason: reason.clone() });
     }
-    for ((_, seq), back) in waiters {
-        let _ = back.send(FwdEvent::Failed { node, seq, reason: reason.clone() });
+    for ((client, seq), (back, _)) in waiters {
+        let _ = back.send(FwdEvent::Failed { node, client, seq, reason: reason.clone() });
     }
 }
 
-async fn serve(
-    addr: SocketAddr,
-    max_frame: usize,
-    rx: &mut mpsc::Receiver<FwdReq>,
-    waiters: &mut HashMap<(u64, u64), mpsc::UnboundedSender<FwdEvent>>,
-) -> String {
+/// Where the replies to each (client, seq) go, and when it was sent.
+type Waiters = HashMap<(u64, u64), (mpsc::UnboundedSender<FwdEvent>, Instant)>;
+
+async fn serve(addr: SocketAddr, max_frame: usize, rx: &mut mpsc::Receiver<FwdReq>, waiters: &mut Waiters) -> String {
     let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return format!("cannot connect to {addr}: {e}"),
@@ -129,7 +137,8 @@ async fn serve(
     let (mut rd, mut wr) = stream.into_split();
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
-    let mut last_heard = Instant::now();
+    // The first write since the last thing read: silence since then is suspicious.
+    let mut unanswered_since: Option<Instant> = None;
     let mut check = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -137,12 +146,11 @@ async fn serve(
                 let Some(req) = req else { return "forwarder dropped".into() };
                 wbuf.clear();
                 let mut next = Some(req);
+                let now = Instant::now();
+                unanswered_since.get_or_insert(now);
                 while let Some(req) = next {
-                    if waiters.is_empty() {
-                        last_heard = Instant::now();
-                    }
                     wbuf.extend_from_slice(&wire::frame(&ClientMsg::Request { cmd: req.cmd.clone(), meta: req.meta.clone() }));
-                    waiters.insert((req.cmd.client, req.cmd.seq), req.back);
+                    waiters.insert((req.cmd.client, req.cmd.seq), (req.back, now));
                     next = if wbuf.len() < 1 << 20 { rx.try_recv().ok() } else { None };
                 }
                 if let Err(e) = wr.write_all(&wbuf).await {
@@ -152,14 +160,20 @@ async fn serve(
             n = rd.read_buf(&mut rbuf) => {
                 match n {
                     Ok(0) => return format!("{addr} closed the connection"),
-                    Ok(_) => last_heard = Instant::now(),
+                    Ok(_) => unanswered_since = None,
                     Err(e) => return format!("reading from {addr}: {e}"),
                 }
                 loop {
                     match wire::take_frame(&mut rbuf, max_frame) {
                         Ok(Some(payload)) => match wire::decode_payload::<ServerMsg>(&payload) {
                             Ok(ServerMsg::Reply(r)) => {
-                                if let Some(back) = waiters.remove(&(r.client, r.seq)) {
+                                let key = (r.client, r.seq);
+                                let partial = matches!(r.body, ReplyBody::Speculative { .. } | ReplyBody::SlowReply { .. });
+                                if partial {
+                                    if let Some((back, _)) = waiters.get(&key) {
+                                        let _ = back.send(FwdEvent::Reply(r));
+                                    }
+                                } else if let Some((back, _)) = waiters.remove(&key) {
                                     let _ = back.send(FwdEvent::Reply(r));
                                 }
                             }
@@ -173,9 +187,10 @@ async fn serve(
                 }
             }
             _ = check.tick() => {
-                if !waiters.is_empty() && last_heard.elapsed() > SILENCE_LIMIT {
+                if unanswered_since.is_some_and(|t| t.elapsed() > SILENCE_LIMIT) {
                     return format!("{addr} silent for {SILENCE_LIMIT:?} with requests outstanding");
                 }
+                waiters.retain(|_, (back, sent)| sent.elapsed() < ROUTE_LIFETIME && !back.is_closed());
             }
         }
     }

@@ -1,0 +1,94 @@
+//! `synod proxy`: a stateless proxy process in front of a cluster (Nezha's proxies, §4).
+//!
+//! It runs the protocol's client policy — the same code the client library embeds in the
+//! non-proxy mode — for the clients that connect to it: they speak the native client protocol
+//! (or Redis, with `--resp`) to the proxy, which multicasts to the replicas and answers once
+//! the policy commits. See `synod_runtime::proxy`.
+
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use synod_core::NodeId;
+use synod_harness::cluster::ClusterFile;
+use synod_runtime::proxy::ProxyConfig;
+use synod_runtime::NodeConfig;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser, Debug)]
+#[command(after_help = "Clients connect to --listen with the native protocol (synod ctl, synod bench \
+    --target synod=ADDR,..., the client library) or to --resp with the Redis protocol. Logging: RUST_LOG \
+    (default info).")]
+pub struct Args {
+    /// The cluster to serve: the `cluster.toml` that `synod local` prints (or its directory).
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The native client listener.
+    #[arg(long, default_value = "127.0.0.1:7501")]
+    pub listen: SocketAddr,
+    /// A Redis-protocol listener as well.
+    #[arg(long)]
+    pub resp: Option<SocketAddr>,
+    /// The id this proxy reports in its status (default: 100000 + the listen port); must
+    /// differ from the replicas' ids and from the other proxies' ids a client is given.
+    #[arg(long)]
+    pub id: Option<NodeId>,
+    /// One attempt without a committed answer for this long is resubmitted (§5.5).
+    #[arg(long, default_value = "1s", value_parser = synod_bench::cli::parse_duration)]
+    pub attempt_timeout: Duration,
+}
+
+pub fn main(args: Args) -> ExitCode {
+    let cfg = match load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_string());
+    let filter = match EnvFilter::try_new(&filter) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: invalid log filter {filter:?}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = async {
+        let signal = crate::signal::shutdown().await;
+        tracing::info!("{signal} received, shutting down");
+    };
+    match runtime.block_on(synod_runtime::proxy::run(cfg, shutdown)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The proxy's config from the cluster file: the replicas' client addresses, the protocol,
+/// and the protocol options of the first replica's config (the policy reads its own).
+fn load(args: &Args) -> Result<ProxyConfig, String> {
+    let (path, cluster) = ClusterFile::load(&args.cluster)?;
+    let first = cluster.nodes.first().ok_or_else(|| format!("{}: the cluster has no nodes", path.display()))?;
+    let node = NodeConfig::load(&first.config).map_err(|e| format!("{}: {e}", first.config.display()))?;
+    let replicas = cluster.nodes.iter().map(|n| (n.id, n.client_addr)).collect();
+    let id = args.id.unwrap_or(100_000 + u32::from(args.listen.port()));
+    let mut cfg = ProxyConfig::new(id, &cluster.protocol, replicas, args.listen);
+    cfg.options = node.params.options.clone();
+    cfg.resp = args.resp;
+    cfg.attempt_timeout = args.attempt_timeout;
+    cfg.limits = node.limits;
+    Ok(cfg)
+}
