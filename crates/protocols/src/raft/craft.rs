@@ -267,6 +267,8 @@ impl Raft {
                 for pr in self.progress.values_mut() {
                     pr.next = pr.next.min(index);
                     pr.probe_prev = pr.probe_prev.min(index - 1);
+                    pr.matched = pr.matched.min(index - 1);
+                    pr.full = pr.full.min(index - 1);
                 }
                 break;
             }

@@ -423,7 +423,10 @@ impl Raft {
         self.role = Role::Leader;
         self.pre_candidate = false;
         self.leader = Some(self.id);
-        let next = self.last_index() + 1;
+        // CRaft: a leader holding shards at the end of its log may drop them (`craft.rs`,
+        // part 5), so it probes its followers below the first of them: an acknowledgement
+        // of an entry it later drops would leave a match index its log no longer has.
+        let next = self.first_partial().unwrap_or(self.last_index() + 1);
         self.progress = self
             .peers()
             .map(|p| {
