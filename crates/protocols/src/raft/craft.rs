@@ -124,10 +124,9 @@ impl Raft {
             false => Vec::new(),
             true if pr.full >= upto => return,
             true if pr.full + 1 < first => {
-                // Compacted here: a snapshot brings the follower past its shards.
-                if pr.snapshot_offset.is_none() {
-                    pr.next = pr.next.min(pr.full + 1);
-                }
+                // Compacted here: only the snapshot brings the follower past its shards. It
+                // goes whatever the follower's `next` (its log may match ours far beyond).
+                self.send_snapshot_chunk(ctx, to);
                 return;
             }
             true => {

@@ -952,6 +952,8 @@ impl Raft {
         } else {
             pr.snapshot_offset = Some(offset);
         }
+        // CRaft: the next chunk of a snapshot sent past the follower's shards (`fill`).
+        self.fill(ctx, from);
         self.send_to(ctx, from, false);
     }
 }

@@ -492,3 +492,39 @@ fn craft_new_leader_probes_below_the_shards_it_may_drop() {
     assert_eq!(net.reply_for(2, 3), Some(&value("newer")));
     net.assert_agreement();
 }
+
+/// `synod check --protocol craft --seed 22`: a follower held shards of entries the leader
+/// had compacted into a snapshot, while its log matched the leader's far beyond. The leader
+/// lowered the follower's `next` to send the snapshot, the answers to Appends still in flight
+/// raised it again, and the transfer stopped after one chunk: the follower never executed.
+/// The snapshot now goes from the fill path whatever `next` is.
+#[test]
+fn craft_follower_behind_a_snapshot_in_shards_gets_it_while_appends_flow() {
+    let params =
+        ProtocolParams { snapshot_every: 20, snapshot_keep: 5, snapshot_chunk_bytes: 64, ..Default::default() };
+    let mut net = Net::with_params(3, build_craft, params);
+    let l = elect(&mut net);
+    let f = (1..=3).find(|n| *n != l).unwrap();
+    // `f` acknowledges its shards (so entries commit) but receives no full copy.
+    net.drop = Box::new(move |_, to, m| to == f && is_fill(m));
+    for i in 1..=40 {
+        net.request(l, 1, i, put(&format!("k{}", i % 5), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    assert!(extra(&net, l, "snapshot_index").parse::<u64>().unwrap() >= 20, "the leader compacted");
+    let stuck = net.executed(f);
+    assert!(stuck < 10, "f executed {stuck}");
+    // Time passes (the fill in flight is stale) and two Appends to `f` are in flight when
+    // the fill path finds `f`'s shards compacted.
+    net.drop = Box::new(|_, _, _| false);
+    net.now = net.now + Duration::from_millis(500);
+    for seq in 41..=42 {
+        let cmd = Command { client: 1, seq, acked_below: seq, now_ms: 0, op: put("x", &big(seq)) };
+        net.event(l, Event::Request { client: ClientRef { node: l, conn: 1 }, cmd, meta: Default::default() });
+    }
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.reply_for(1, 42), Some(&DONE));
+    assert_eq!(net.executed(f), net.executed(l), "f installed the snapshot and executes");
+    assert_eq!(net.node(f).sm.digest(), net.node(l).sm.digest());
+    net.assert_agreement();
+}
