@@ -150,7 +150,10 @@ impl Raft {
             self.upgrade(ctx, index, e);
         }
         self.execute(ctx);
-        ctx.send(from, &Msg::FillResp { term: self.term, full: self.full_upto() });
+        // Only entries known to match the leader's: a full copy of an entry the leader has
+        // replaced (an earlier term's, at the same index) is no full copy of its entry.
+        let full = self.full_upto().min(self.leader_match);
+        ctx.send(from, &Msg::FillResp { term: self.term, full });
     }
 
     pub(super) fn on_fill_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, full: u64) {
