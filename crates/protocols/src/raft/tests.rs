@@ -476,7 +476,8 @@ fn craft_new_leader_probes_below_the_shards_it_may_drop() {
     // The old leader is cut off except for its votes and Append answers, and its report of
     // the full copies is lost: `b` is elected, decides from its own and `c`'s reports and
     // drops entries 2 and 3, then receives the old leader's answer to its first probe.
-    net.drop = Box::new(move |from, _, m| from == l && !is_msg(m, |m| matches!(m, Msg::Vote { .. } | Msg::AppendResp { .. })));
+    net.drop =
+        Box::new(move |from, _, m| from == l && !is_msg(m, |m| matches!(m, Msg::Vote { .. } | Msg::AppendResp { .. })));
     while net.leader() != Some(b) {
         net.tick();
         assert!(net.now.since(Time::ZERO) < Duration::from_secs(10), "b is elected");
