@@ -124,10 +124,9 @@ impl Raft {
             false => Vec::new(),
             true if pr.full >= upto => return,
             true if pr.full + 1 < first => {
-                // Compacted here: a snapshot brings the follower past its shards.
-                if pr.snapshot_offset.is_none() {
-                    pr.next = pr.next.min(pr.full + 1);
-                }
+                // Compacted here: only the snapshot brings the follower past its shards. It
+                // goes whatever the follower's `next` (its log may match ours far beyond).
+                self.send_snapshot_chunk(ctx, to);
                 return;
             }
             true => {
@@ -151,7 +150,10 @@ impl Raft {
             self.upgrade(ctx, index, e);
         }
         self.execute(ctx);
-        ctx.send(from, &Msg::FillResp { term: self.term, full: self.full_upto() });
+        // Only entries known to match the leader's: a full copy of an entry the leader has
+        // replaced (an earlier term's, at the same index) is no full copy of its entry.
+        let full = self.full_upto().min(self.leader_match);
+        ctx.send(from, &Msg::FillResp { term: self.term, full });
     }
 
     pub(super) fn on_fill_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, full: u64) {
@@ -267,6 +269,8 @@ impl Raft {
                 for pr in self.progress.values_mut() {
                     pr.next = pr.next.min(index);
                     pr.probe_prev = pr.probe_prev.min(index - 1);
+                    pr.matched = pr.matched.min(index - 1);
+                    pr.full = pr.full.min(index - 1);
                 }
                 break;
             }

@@ -158,6 +158,9 @@ pub struct Raft {
     persisted_commit: u64,
     /// When this node last heard from a leader of its term (leader stickiness).
     last_leader_contact: Option<Time>,
+    /// CRaft: our log matches the current leader's up to here (its last accepted Append or
+    /// snapshot); only this far do we report full copies to it (`FillResp`).
+    leader_match: u64,
     votes: QuorumTracker,
     /// A pre-election is running (votes asked for `term + 1` without changing term).
     pre_candidate: bool,
@@ -217,6 +220,7 @@ impl Raft {
             commit: 0,
             persisted_commit: 0,
             last_leader_contact: None,
+            leader_match: 0,
             votes: QuorumTracker::majority_of(setup.members.len()),
             pre_candidate: false,
             broken: None,
@@ -403,6 +407,7 @@ impl Raft {
         self.role = Role::Follower;
         self.pre_candidate = false;
         self.leader = leader;
+        self.leader_match = 0;
         self.progress.clear();
         self.coded.clear();
         self.pieces.clear();
@@ -423,7 +428,10 @@ impl Raft {
         self.role = Role::Leader;
         self.pre_candidate = false;
         self.leader = Some(self.id);
-        let next = self.last_index() + 1;
+        // CRaft: a leader holding shards at the end of its log may drop them (`craft.rs`,
+        // part 5), so it probes its followers below the first of them: an acknowledgement
+        // of an entry it later drops would leave a match index its log no longer has.
+        let next = self.first_partial().unwrap_or(self.last_index() + 1);
         self.progress = self
             .peers()
             .map(|p| {
@@ -693,6 +701,7 @@ impl Raft {
             self.persist(ctx, vec![Record::Entries { first, entries: new_entries }]);
         }
         let matched = index;
+        self.leader_match = self.leader_match.max(matched);
         let new_commit = m.commit.min(matched);
         if new_commit > self.commit {
             self.advance_commit(ctx, new_commit);
@@ -895,6 +904,7 @@ impl Raft {
         self.reset_election_timer(ctx);
         if m.index <= self.log.executed_upto() {
             // Already have everything it covers.
+            self.leader_match = self.leader_match.max(m.index);
             ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
             return;
         }
@@ -921,6 +931,7 @@ impl Raft {
         }
         self.waiting.clear();
         self.commit = if keep { self.commit.max(m.index) } else { m.index };
+        self.leader_match = self.leader_match.max(m.index);
         self.rewrite_durable(ctx, false);
         ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
     }
@@ -949,6 +960,8 @@ impl Raft {
         } else {
             pr.snapshot_offset = Some(offset);
         }
+        // CRaft: the next chunk of a snapshot sent past the follower's shards (`fill`).
+        self.fill(ctx, from);
         self.send_to(ctx, from, false);
     }
 }

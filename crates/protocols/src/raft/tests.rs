@@ -450,3 +450,82 @@ fn craft_tolerance_and_quorums() {
     assert_eq!(c.rebuild(&shards[2..]), Some(batch.clone()));
     assert_eq!(c.rebuild(&shards[3..]), None, "two of d = 3 shards");
 }
+
+/// `synod check --protocol craft --seed 4`: a new leader holding shards of entries at the
+/// end of its log probed its followers with the last of them, then dropped them (fewer than
+/// d pieces among n + d − q reports). The old leader's acknowledgement of that probe arrived
+/// after the drop and left a match index beyond the entries the old leader kept once the
+/// new leader's entries replaced its suffix: every Append after was rejected and re-sent at
+/// once (a message storm). A recovering leader now probes below its first shard.
+#[test]
+fn craft_new_leader_probes_below_the_shards_it_may_drop() {
+    let mut net = Net::new(3, build_craft);
+    let l = elect(&mut net);
+    net.request(l, 1, 1, put("a", "kept"));
+    assert_eq!(net.reply_for(1, 1), Some(&DONE));
+    let f: Vec<NodeId> = (1..=3).filter(|n| *n != l).collect();
+    let (b, c) = (f[0], f[1]);
+    // Two entries reach `b` as shards only (never committed: q = 3).
+    let committed: u64 = extra(&net, b, "last_index").parse().unwrap();
+    net.drop = Box::new(move |from, to, _| from == l && to == c);
+    net.request(l, 1, 2, put("a", &big(2)));
+    net.request(l, 1, 3, put("a", &big(3)));
+    assert_eq!(net.reply_for(1, 3), None);
+    assert_eq!(extra(&net, b, "last_index"), (committed + 2).to_string());
+    assert_eq!(extra(&net, b, "full_upto"), committed.to_string(), "b holds shards of the two");
+    // The old leader is cut off except for its votes and Append answers, and its report of
+    // the full copies is lost: `b` is elected, decides from its own and `c`'s reports and
+    // drops entries 2 and 3, then receives the old leader's answer to its first probe.
+    net.drop =
+        Box::new(move |from, _, m| from == l && !is_msg(m, |m| matches!(m, Msg::Vote { .. } | Msg::AppendResp { .. })));
+    while net.leader() != Some(b) {
+        net.tick();
+        assert!(net.now.since(Time::ZERO) < Duration::from_secs(10), "b is elected");
+    }
+    net.request(b, 2, 1, put("a", "new"));
+    net.request(b, 2, 2, put("a", "newer"));
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.reply_for(2, 2), Some(&DONE));
+    assert_eq!(extra(&net, l, "last_index"), extra(&net, b, "last_index"), "the old leader caught up");
+    assert_eq!(net.executed(l), net.executed(b));
+    net.request(b, 2, 3, get("a"));
+    assert_eq!(net.reply_for(2, 3), Some(&value("newer")));
+    net.assert_agreement();
+}
+
+/// `synod check --protocol craft --seed 22`: a follower held shards of entries the leader
+/// had compacted into a snapshot, while its log matched the leader's far beyond. The leader
+/// lowered the follower's `next` to send the snapshot, the answers to Appends still in flight
+/// raised it again, and the transfer stopped after one chunk: the follower never executed.
+/// The snapshot now goes from the fill path whatever `next` is.
+#[test]
+fn craft_follower_behind_a_snapshot_in_shards_gets_it_while_appends_flow() {
+    let params =
+        ProtocolParams { snapshot_every: 20, snapshot_keep: 5, snapshot_chunk_bytes: 64, ..Default::default() };
+    let mut net = Net::with_params(3, build_craft, params);
+    let l = elect(&mut net);
+    let f = (1..=3).find(|n| *n != l).unwrap();
+    // `f` acknowledges its shards (so entries commit) but receives no full copy.
+    net.drop = Box::new(move |_, to, m| to == f && is_fill(m));
+    for i in 1..=40 {
+        net.request(l, 1, i, put(&format!("k{}", i % 5), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    assert!(extra(&net, l, "snapshot_index").parse::<u64>().unwrap() >= 20, "the leader compacted");
+    let stuck = net.executed(f);
+    assert!(stuck < 10, "f executed {stuck}");
+    // Time passes (the fill in flight is stale) and two Appends to `f` are in flight when
+    // the fill path finds `f`'s shards compacted.
+    net.drop = Box::new(|_, _, _| false);
+    net.now = net.now + Duration::from_millis(500);
+    for seq in 41..=42 {
+        let cmd = Command { client: 1, seq, acked_below: seq, now_ms: 0, op: put("x", &big(seq)) };
+        net.event(l, Event::Request { client: ClientRef { node: l, conn: 1 }, cmd, meta: Default::default() });
+    }
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.reply_for(1, 42), Some(&DONE));
+    assert_eq!(net.executed(f), net.executed(l), "f installed the snapshot and executes");
+    assert_eq!(net.node(f).sm.digest(), net.node(l).sm.digest());
+    net.assert_agreement();
+}
