@@ -112,3 +112,148 @@ async fn authenticated_peers_admin_token_fault_switch_and_connection_cap() {
     client.put("k", "v3").await.unwrap();
     cluster.assert_running();
 }
+
+/// Generate the cluster's certificates (node ids 1..=n on 127.0.0.1) under `dir`.
+fn certificates(dir: &std::path::Path, n: u32) -> synod_runtime::tls::Generated {
+    let local = vec!["127.0.0.1".parse().unwrap()];
+    synod_runtime::tls::generate(dir, &(1..=n).map(|id| (id, local.clone())).collect::<Vec<_>>()).unwrap()
+}
+
+/// Dial a peer port over TLS with `files` (a certificate), claim to be member `from` and
+/// send a frame; returns whether the replica closed the connection (and how far it got:
+/// `None` when the TLS handshake itself failed).
+async fn tls_impostor(addr: &str, files: &synod_runtime::tls::NodeFiles, from: u32, to: u32) -> Option<bool> {
+    let tls = synod_runtime::tls::NodeTls::load(files).unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut s = match tls.peer_connector.connect(synod_runtime::tls::peer_server_name(to), tcp).await {
+        Ok(s) => s,
+        Err(_) => return None,
+    };
+    let mut challenge = [0u8; PEER_NONCE_BYTES];
+    if s.read_exact(&mut challenge).await.is_err() {
+        return None; // refused right after the handshake (the client certificate)
+    }
+    let mut bytes = PEER_MAGIC.to_vec();
+    let hello = PeerHello { cluster: "synod-test".into(), from, incarnation: 77, to, mac: Vec::new() };
+    bytes.extend_from_slice(&wire::frame(&hello));
+    bytes.extend_from_slice(&[0, 0, 0, 4, 1, 2, 3, 4]);
+    let _ = s.write_all(&bytes).await;
+    let _ = s.flush().await;
+    let mut rest = Vec::new();
+    Some(tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut rest)).await.is_ok())
+}
+
+/// RESP over TLS: send `commands` (already encoded) and read until `expect` bytes arrived.
+async fn resp_over_tls(addr: &str, ca: &std::path::Path, commands: &[u8], expect: usize) -> String {
+    let connector = synod_runtime::tls::client_connector(ca).unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = synod_runtime::tls::server_name_of(addr).unwrap();
+    let mut s = connector.connect(name, tcp).await.expect("TLS to the Redis port");
+    s.write_all(commands).await.unwrap();
+    s.flush().await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < expect {
+        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf)).await.unwrap().unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Mutual TLS between replicas, TLS and a password on the native and Redis ports, against a
+/// real 3-process cluster: the cluster works for a client with the CA and the password;
+/// without TLS, without the password or with a wrong one a client gets a clear refusal; a
+/// peer with a certificate of another CA, without TLS, or with a member's certificate that
+/// names another member is refused and logged, and nothing it sends is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_everywhere_and_native_auth() {
+    const PASSWORD: &str = "the-native-and-redis-password";
+    let certs_dir = tempfile::tempdir().unwrap();
+    let ours = certificates(&certs_dir.path().join("cluster"), 3);
+    let theirs = certificates(&certs_dir.path().join("stranger"), 3);
+    let resp_ports = common::free_ports(3);
+    let cluster = Cluster::start(3, FsyncMode::Batch, |c| {
+        let files = &ours.nodes[c.id as usize - 1].1;
+        c.tls = Some(synod_runtime::TlsConfig {
+            ca: files.ca.clone(),
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            peers: true,
+            native: true,
+            redis: true,
+        });
+        c.password = Some(PASSWORD.into());
+        for (m, port) in c.members.iter_mut().zip(&resp_ports) {
+            m.resp_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
+        }
+    })
+    .await;
+    // With the CA and the password: a working cluster (the replicas reached each other over
+    // mutual TLS to elect a leader and commit).
+    let mut client = cluster.client().await;
+    client.put("k", "v1").await.unwrap();
+    assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"v1"[..]));
+
+    // Native port: no password, a wrong one, no TLS, another CA: each refused, clearly.
+    let endpoints = cluster.endpoints();
+    let quick =
+        |o: synod_client::ClientOptions| synod_client::ClientOptions { max_retry_time: Duration::from_secs(3), ..o };
+    let no_pass = quick(synod_client::ClientOptions { password: None, ..cluster.client_options() });
+    let err = synod_client::Client::with_options(&endpoints, no_pass).await.unwrap_err();
+    assert!(matches!(&err, synod_client::ClientError::Auth { reason, .. } if reason.starts_with("NOAUTH")), "{err}");
+    let wrong = quick(synod_client::ClientOptions { password: Some("guess".into()), ..cluster.client_options() });
+    let err = synod_client::Client::with_options(&endpoints, wrong).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGPASS"), "{err}");
+    let plain = quick(synod_client::ClientOptions { tls: None, ..cluster.client_options() });
+    assert!(synod_client::Client::with_options(&endpoints, plain).await.is_err(), "plain TCP to a TLS port fails");
+    let other_ca = synod_client::ClientTls::from_ca_file(&theirs.ca).unwrap();
+    let stranger = quick(synod_client::ClientOptions { tls: Some(other_ca), ..cluster.client_options() });
+    assert!(
+        synod_client::Client::with_options(&endpoints, stranger).await.is_err(),
+        "a replica of another CA is not trusted"
+    );
+
+    // Peer port of node 1: another CA's certificate, plain TCP, and node 3's genuine
+    // certificate claiming to be node 2 are all refused.
+    let peer1 = cluster.configs[0].me().peer_addr.to_string();
+    assert_eq!(tls_impostor(&peer1, &theirs.nodes[1].1, 2, 1).await, None, "another CA: handshake refused");
+    let mut plain_peer = TcpStream::connect(&peer1).await.unwrap();
+    let _ = plain_peer.write_all(PEER_MAGIC).await;
+    assert!(
+        common::closed_within(&mut plain_peer, Duration::from_secs(20)).await,
+        "plain TCP to a TLS peer port: closed"
+    );
+    assert_eq!(
+        tls_impostor(&peer1, &ours.nodes[2].1, 2, 1).await,
+        Some(true),
+        "node 3's certificate as node 2: closed"
+    );
+    let log1 = || std::fs::read_to_string(cluster.log_path(1)).unwrap();
+    let start = std::time::Instant::now();
+    while !log1().contains("does not name synod-node-2") {
+        assert!(start.elapsed() < Duration::from_secs(20), "refusal logged:\n{}", log1());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(log1().contains("TLS handshake failed"), "refusal logged:\n{}", log1());
+    client.put("k", "v2").await.unwrap();
+    assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"v2"[..]));
+
+    // Redis port over TLS, on a follower too (it forwards to the leader's native port over
+    // TLS with the password): AUTH then SET/GET.
+    for (i, port) in resp_ports.iter().enumerate() {
+        let addr = format!("127.0.0.1:{port}");
+        let cmds = format!(
+            "*2\r\n$4\r\nAUTH\r\n${}\r\n{PASSWORD}\r\n*3\r\n$3\r\nSET\r\n$2\r\nrk\r\n$2\r\nr{i}\r\n*2\r\n$3\r\nGET\r\n$2\r\nrk\r\n",
+            PASSWORD.len()
+        );
+        let expected = format!("+OK\r\n+OK\r\n$2\r\nr{i}\r\n");
+        let got = resp_over_tls(&addr, &ours.ca, cmds.as_bytes(), expected.len()).await;
+        assert_eq!(got, expected, "node {}", i + 1);
+        let noauth = resp_over_tls(&addr, &ours.ca, b"*1\r\n$4\r\nPING\r\n", 8).await;
+        assert!(noauth.starts_with("-NOAUTH"), "{noauth}");
+    }
+    cluster.assert_running();
+}
