@@ -15,6 +15,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// Bytes of each connection's buffer not charged to the budget (`max_connections` bounds
+/// them: 1024 connections × 64 KiB = 64 MiB per port).
+pub const FREE_PER_CONNECTION: usize = 64 * 1024;
+
 /// The shared budget (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct MemBudget {
@@ -76,6 +80,10 @@ impl Charge {
     /// Make this connection hold `bytes` (its buffer's capacity now). Growing beyond what the
     /// budget has left fails and leaves the charge as it was.
     pub fn set(&mut self, bytes: usize) -> Result<(), Exhausted> {
+        // The first FREE_PER_CONNECTION bytes of every connection are covered by
+        // `max_connections` instead: an ordinary client is never refused because others
+        // hold the budget.
+        let bytes = bytes.saturating_sub(FREE_PER_CONNECTION);
         if bytes > self.held {
             self.budget.try_add(bytes - self.held)?;
         } else {
@@ -105,13 +113,16 @@ mod tests {
         let budget = MemBudget::new(100);
         let mut a = budget.charge();
         let mut b = budget.charge();
-        a.set(60).unwrap();
-        assert_eq!(b.set(50), Err(Exhausted { max: 100 }), "60 + 50 > 100");
+        let free = FREE_PER_CONNECTION;
+        a.set(free + 60).unwrap();
+        assert_eq!(b.set(free + 50), Err(Exhausted { max: 100 }), "60 + 50 > 100");
         assert_eq!(b.held(), 0, "a refused growth charges nothing");
-        b.set(40).unwrap();
+        b.set(free).unwrap();
+        assert_eq!(budget.used(), 60, "the first FREE_PER_CONNECTION bytes are free");
+        b.set(free + 40).unwrap();
         assert_eq!(budget.used(), 100);
-        a.set(10).unwrap(); // the buffer shrank
-        b.set(90).unwrap();
+        a.set(free + 10).unwrap(); // the buffer shrank
+        b.set(free + 90).unwrap();
         drop(a);
         drop(b);
         assert_eq!(budget.used(), 0, "everything returned when connections end");

@@ -623,6 +623,15 @@ pub async fn read_magic<R: AsyncReadExt + Unpin>(
     Ok(())
 }
 
+/// `read_buf`, with a TLS peer that closes without `close_notify` (as most clients do)
+/// counted as an end of stream like a TCP FIN.
+async fn read_some<R: AsyncReadExt + Unpin>(stream: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
+    match stream.read_buf(buf).await {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+        other => other,
+    }
+}
+
 /// What [`read_frame_charged`] read.
 pub enum FrameRead {
     Frame(Bytes),
@@ -648,7 +657,7 @@ pub async fn read_frame_charged<R: AsyncReadExt + Unpin>(
         if let Err(e) = charge.set(buf.capacity()) {
             return Ok(FrameRead::OverBudget(e));
         }
-        if stream.read_buf(buf).await? == 0 {
+        if read_some(stream, buf).await? == 0 {
             if buf.is_empty() {
                 return Ok(FrameRead::End);
             }
@@ -668,7 +677,7 @@ pub async fn read_frame<R: AsyncReadExt + Unpin>(
             return Ok(Some(frame));
         }
         buf.reserve(16 * 1024);
-        if stream.read_buf(buf).await? == 0 {
+        if read_some(stream, buf).await? == 0 {
             if buf.is_empty() {
                 return Ok(None);
             }

@@ -257,3 +257,110 @@ async fn tls_everywhere_and_native_auth() {
     }
     cluster.assert_running();
 }
+
+/// Resident memory of a process, from /proc (bytes).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kb * 1024
+}
+
+/// The numbers: 30 Redis and 30 peer connections each send most of a 64 MiB frame
+/// to one replica (3.6 GB in all). With `max_pending_bytes` = 512 MiB the replica's resident
+/// memory grows by less than 1 GiB; the connections beyond the budget are told so and
+/// closed; and an ordinary client is still served while the others hold the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pending_request_budget_holds_against_60_connections_sending_64_mib_frames() {
+    const CONNS: usize = 30;
+    const SENT: usize = 60 << 20; // of a frame announced at 64 MiB - 1 KiB
+    const ANNOUNCED: usize = (64 << 20) - 1024;
+    let resp_ports = common::free_ports(3);
+    let cluster = Cluster::start(3, FsyncMode::Batch, |c| {
+        for (m, port) in c.members.iter_mut().zip(&resp_ports) {
+            m.resp_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
+        }
+        c.max_pending_bytes = 512 << 20;
+    })
+    .await;
+    let mut client = cluster.client().await;
+    client.put("k", "v1").await.unwrap();
+    let pid = cluster.children[0].as_ref().unwrap().id();
+    let before = rss(pid);
+    let peer1 = cluster.configs[0].me().peer_addr.to_string();
+    let resp1 = format!("127.0.0.1:{}", resp_ports[0]);
+    let chunk = vec![b'x'; 1 << 20];
+    // Each task: a preamble announcing the big frame, then 1 MiB writes until SENT or the
+    // replica closes; returns the connection (held open) and what the replica answered.
+    let mut tasks = Vec::new();
+    for i in 0..2 * CONNS {
+        let (peer1, resp1, chunk) = (peer1.clone(), resp1.clone(), chunk.clone());
+        tasks.push(tokio::spawn(async move {
+            let redis = i % 2 == 0;
+            let mut s = TcpStream::connect(if redis { &resp1 } else { &peer1 }).await.unwrap();
+            let mut preamble = Vec::new();
+            if redis {
+                preamble.extend_from_slice(format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${ANNOUNCED}\r\n").as_bytes());
+            } else {
+                let mut challenge = [0u8; PEER_NONCE_BYTES];
+                s.read_exact(&mut challenge).await.unwrap();
+                preamble.extend_from_slice(PEER_MAGIC);
+                // No cluster secret in this cluster: a hello naming a member passes.
+                let from = 2 + (i as u32 / 2) % 2;
+                let hello =
+                    PeerHello { cluster: "synod-test".into(), from, incarnation: 1000 + i as u64, to: 1, mac: vec![] };
+                preamble.extend_from_slice(&wire::frame(&hello));
+                preamble.extend_from_slice(&(ANNOUNCED as u32).to_be_bytes());
+            }
+            s.write_all(&preamble).await.unwrap();
+            let mut sent = 0;
+            while sent < SENT {
+                if s.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                sent += chunk.len();
+            }
+            // Whatever the replica answered before closing (the Redis refusal).
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_millis(500), s.read_to_end(&mut answer)).await;
+            (s, sent, String::from_utf8_lossy(&answer).into_owned())
+        }));
+    }
+    let mut held = Vec::new();
+    let mut refused_redis = 0;
+    let mut total_sent = 0;
+    let mut peak = before;
+    for t in tasks {
+        let (s, sent, answer) = tokio::time::timeout(Duration::from_secs(300), t).await.unwrap().unwrap();
+        total_sent += sent;
+        if answer.contains("memory budget for pending requests exhausted") {
+            refused_redis += 1;
+        }
+        held.push(s);
+        peak = peak.max(rss(pid));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss(pid);
+    peak = peak.max(after);
+    eprintln!(
+        "replica 1 RSS: before {} MiB, peak {} MiB, after {} MiB; {} MiB sent by {} connections; {refused_redis} Redis connections refused",
+        before >> 20,
+        peak >> 20,
+        after >> 20,
+        total_sent >> 20,
+        2 * CONNS
+    );
+    assert!(refused_redis > 0, "Redis connections beyond the budget get the error");
+    assert!(peak - before < 1 << 30, "RSS grew by {} MiB", (peak - before) >> 20);
+    let log = std::fs::read_to_string(cluster.log_path(1)).unwrap();
+    assert!(log.contains("memory budget for pending requests exhausted"), "refusals logged");
+    // An ordinary client is still served while the budget is held by the others.
+    client.put("k", "v2").await.unwrap();
+    assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"v2"[..]));
+    drop(held);
+    cluster.assert_running();
+}

@@ -216,6 +216,11 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, id: u64, shared: &RespShare
             let can_read = !c.closing && c.has_room();
             tokio::select! {
                 n = rd.read_buf(&mut rbuf), if can_read => {
+                    // A TLS client closing without close_notify: an ordinary end.
+                    let n = match n {
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+                        other => other,
+                    };
                     if n.context("reading requests")? == 0 {
                         return Ok(());
                     }
