@@ -22,6 +22,13 @@ pub struct BenchArgs {
     /// redis, etcd. Repeat with --compare to measure several side by side.
     #[arg(long = "target", required = true, value_name = "TARGET")]
     pub targets: Vec<TargetSpec>,
+    /// synod targets: connect with TLS, checking the replicas' certificates against this CA
+    /// file (`synod local --tls` writes `<dir>/tls/ca.pem`).
+    #[arg(long, value_name = "CA.pem")]
+    pub tls_ca: Option<PathBuf>,
+    /// synod targets: the replicas' password (native AUTH).
+    #[arg(long, env = "SYNOD_PASSWORD")]
+    pub password: Option<String>,
     /// YCSB core workload: a (50/50 read/update), b (95/5), c (read only), d (read latest,
     /// 5% insert), e (short scans, 5% insert), f (read-modify-write).
     #[arg(long, short = 'w', default_value = "a")]
@@ -283,6 +290,10 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
     let mut targets = args.targets.clone();
+    for t in &mut targets {
+        t.tls_ca = args.tls_ca.clone();
+        t.password = args.password.clone();
+    }
     // Unique labels: they name directories and table rows.
     for i in 0..targets.len() {
         let base = targets[i].label.clone();

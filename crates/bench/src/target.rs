@@ -81,6 +81,13 @@ pub struct TargetSpec {
     pub label: String,
     pub kind: TargetKind,
     pub endpoints: Vec<String>,
+    /// synod targets: the CA file to check the replicas' TLS certificates against
+    /// (`--tls-ca`); None = plain TCP.
+    #[serde(skip)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// synod targets: the replicas' password (`--password`).
+    #[serde(skip)]
+    pub password: Option<String>,
 }
 
 impl fmt::Display for TargetSpec {
@@ -121,7 +128,7 @@ impl std::str::FromStr for TargetSpec {
                 return Err(format!("target `{s}`: endpoint `{e}` is not HOST:PORT"));
             }
         }
-        Ok(TargetSpec { label: label.to_string(), kind, endpoints })
+        Ok(TargetSpec { label: label.to_string(), kind, endpoints, tls_ca: None, password: None })
     }
 }
 
@@ -135,9 +142,15 @@ impl TargetSpec {
                 // Each client starts at its own replica: leaderless protocols then have every
                 // replica lead commands; leader-based ones redirect to the leader.
                 // The protocol's client policy, found by the name the replicas report.
+                let tls = match &self.tls_ca {
+                    Some(ca) => Some(synod_client::ClientTls::from_ca_file(ca).map_err(fail)?),
+                    None => None,
+                };
                 let opts = synod_client::ClientOptions {
                     home: client,
                     resolve_policy: Some(synod_protocols::registry::client_for),
+                    tls,
+                    password: self.password.clone(),
                     ..Default::default()
                 };
                 let client =

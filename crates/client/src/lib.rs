@@ -28,8 +28,8 @@ use synod_core::client_policy::{leader_policy, ClientAction, ClientConfig, Clien
 use synod_core::client_policy::{RequestMeta, RetryTimes};
 use synod_core::wire::{self, ClientMsg, FrameError, ServerMsg, CLIENT_MAGIC};
 use synod_core::{Command, NodeId, Op, OpResult, Reply, ReplyBody, Status, Time};
+use synod_tls::{ReadHalf, Stream, WriteHalf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -70,6 +70,43 @@ pub struct ClientOptions {
     pub resolve_policy: Option<fn(&str) -> Option<PolicyFactory>>,
     /// The protocol's options (as given to the replicas), handed to the policy.
     pub protocol_options: BTreeMap<String, String>,
+    /// TLS to the native ports (replicas with `[tls] native`); None = plain TCP.
+    pub tls: Option<ClientTls>,
+    /// The replicas' password (their config's `password`), sent first on every connection.
+    pub password: Option<String>,
+}
+
+/// How a client checks the replicas' certificates: against a CA, with the endpoint's host
+/// (an IP address or DNS name) as the name the certificate must carry.
+#[derive(Clone)]
+pub struct ClientTls {
+    connector: synod_tls::TlsConnector,
+}
+
+impl ClientTls {
+    /// Trust the CA certificate(s) of a PEM file (`synod local --tls` writes `<dir>/tls/ca.pem`).
+    pub fn from_ca_file(path: &std::path::Path) -> Result<ClientTls, String> {
+        synod_tls::client_connector(path).map(|connector| ClientTls { connector }).map_err(|e| e.to_string())
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientTls")
+    }
+}
+
+/// How connections are opened: TLS and the password (from [`ClientOptions`]).
+#[derive(Clone, Debug, Default)]
+struct Access {
+    tls: Option<ClientTls>,
+    password: Option<String>,
+}
+
+impl ClientOptions {
+    fn access(&self) -> Access {
+        Access { tls: self.tls.clone(), password: self.password.clone() }
+    }
 }
 
 impl Default for ClientOptions {
@@ -81,6 +118,8 @@ impl Default for ClientOptions {
             policy: leader_policy,
             resolve_policy: None,
             protocol_options: BTreeMap::new(),
+            tls: None,
+            password: None,
         }
     }
 }
@@ -126,6 +165,9 @@ pub enum ClientError {
     /// every replica), e.g. a retry of a request whose session expired.
     #[error("the operation failed: {0}")]
     Failed(String),
+    /// The replicas refused the password (or asked for one that was not given).
+    #[error("authentication failed at {endpoint}: {reason}")]
+    Auth { endpoint: String, reason: String },
     /// No endpoint answered while connecting; nothing was sent.
     #[error("no replica answered within {elapsed:.1?}: {errors}")]
     NoReplicaReachable { elapsed: Duration, errors: String },
@@ -205,6 +247,8 @@ pub struct Client {
     /// What the connections' reader tasks report.
     events_tx: mpsc::UnboundedSender<LinkEvent>,
     events: mpsc::UnboundedReceiver<LinkEvent>,
+    /// An authentication refusal seen by the last status round.
+    auth_error: Option<ClientError>,
 }
 
 impl std::fmt::Debug for Client {
@@ -220,7 +264,7 @@ impl std::fmt::Debug for Client {
 /// One connection of the client: the write half; a task reads the other half.
 struct Link {
     id: u64,
-    writer: OwnedWriteHalf,
+    writer: WriteHalf,
     reader: tokio::task::JoinHandle<()>,
 }
 
@@ -285,11 +329,18 @@ impl Client {
             next_link: 0,
             events_tx,
             events,
+            auth_error: None,
         };
         let start = Instant::now();
         let mut backoff = BACKOFF_MIN;
         loop {
             let (reachable, errors) = c.refresh_ids().await;
+            if !reachable {
+                // A password problem does not go away by waiting: report it at once.
+                if let Some(e) = c.auth_error.take() {
+                    return Err(e);
+                }
+            }
             if reachable {
                 let found = c.opts.resolve_policy.zip(c.protocol.as_deref()).and_then(|(f, name)| f(name));
                 if let Some(factory) = found {
@@ -452,7 +503,7 @@ impl Client {
         self.current = ep;
         let limit = (tokio::time::Instant::now() + self.opts.request_timeout).min(deadline);
         if !self.links.contains_key(&to) {
-            let stream = tokio::time::timeout_at(limit, connect(&self.endpoints[ep]))
+            let stream = tokio::time::timeout_at(limit, connect(&self.endpoints[ep], &self.opts.access()))
                 .await
                 .map_err(|_| "connect timed out".to_string())?
                 .map_err(|e| format!("connect failed: {e}"))?;
@@ -464,7 +515,7 @@ impl Client {
         }
         let frame = wire::frame(&ClientMsg::Request { cmd: cmd.clone(), meta });
         let link = self.links.get_mut(&to).expect("link just ensured");
-        let written = match tokio::time::timeout_at(limit, link.writer.write_all(&frame)).await {
+        let written = match tokio::time::timeout_at(limit, write_flush(&mut link.writer, &frame)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(format!("send failed: {e}")),
             Err(_) => Err("send timed out".to_string()),
@@ -492,7 +543,11 @@ impl Client {
         let mut errors = Vec::new();
         // Not `self.status_all()`: the future must not hold `&self` (the policy is not `Sync`).
         let endpoints = self.endpoints.clone();
-        for (idx, (_endpoint, res)) in status_all(&endpoints, self.opts.request_timeout).await.into_iter().enumerate() {
+        let access = self.opts.access();
+        self.auth_error = None;
+        for (idx, (_endpoint, res)) in
+            status_all_access(&endpoints, self.opts.request_timeout, &access).await.into_iter().enumerate()
+        {
             match res {
                 Ok(s) => {
                     any = true;
@@ -501,7 +556,12 @@ impl Client {
                     self.ids.insert(s.id, idx);
                 }
                 // The error names the endpoint already.
-                Err(e) => errors.push(e.to_string()),
+                Err(e) => {
+                    errors.push(e.to_string());
+                    if let ClientError::Auth { endpoint, reason } = e {
+                        self.auth_error = Some(ClientError::Auth { endpoint, reason });
+                    }
+                }
             }
         }
         let mut members: Vec<(usize, NodeId)> = self.ids.iter().map(|(&id, &ep)| (ep, id)).collect();
@@ -513,12 +573,12 @@ impl Client {
 
     /// Query one endpoint's status (over the client protocol), within `request_timeout`.
     pub async fn status(&self, endpoint: &str) -> Result<Status, ClientError> {
-        status_of(endpoint, self.opts.request_timeout).await
+        status_access(endpoint, self.opts.request_timeout, &self.opts.access()).await
     }
 
     /// Query every endpoint's status concurrently, in endpoint order.
     pub async fn status_all(&self) -> Vec<(String, Result<Status, ClientError>)> {
-        status_all(&self.endpoints, self.opts.request_timeout).await
+        status_all_access(&self.endpoints, self.opts.request_timeout, &self.opts.access()).await
     }
 
     /// Value of `key`, or None if absent.
@@ -576,25 +636,44 @@ fn unexpected(what: &str, got: OpResult) -> ClientError {
     ClientError::Protocol(format!("unexpected result for {what}: {got:?}"))
 }
 
-/// Query one endpoint's status over the client protocol (no session needed).
+/// Query one endpoint's status over the client protocol (no session needed), without TLS
+/// or password; [`status_with`] for replicas that need them.
 pub async fn status_of(endpoint: &str, timeout: Duration) -> Result<Status, ClientError> {
+    status_access(endpoint, timeout, &Access::default()).await
+}
+
+/// [`status_of`] with the TLS and password of `opts`.
+pub async fn status_with(endpoint: &str, timeout: Duration, opts: &ClientOptions) -> Result<Status, ClientError> {
+    status_access(endpoint, timeout, &opts.access()).await
+}
+
+async fn status_access(endpoint: &str, timeout: Duration, access: &Access) -> Result<Status, ClientError> {
     let unreachable = |reason: String| ClientError::Unreachable { endpoint: endpoint.to_string(), reason };
     let query = async {
-        let mut conn = Conn::open(endpoint).await.map_err(|e| format!("connect failed: {e}"))?;
-        conn.send(&ClientMsg::Status).await.map_err(|e| e.to_string())?;
+        let mut conn = Conn::open(endpoint, access).await.map_err(|e| Err(format!("connect failed: {e}")))?;
+        conn.send(&ClientMsg::Status).await.map_err(|e| Err(e.to_string()))?;
         loop {
-            match conn.recv().await.map_err(|e| e.to_string())? {
+            match conn.recv().await.map_err(|e| Err(e.to_string()))? {
                 ServerMsg::Status(s) => return Ok(s),
                 ServerMsg::Reply(_) => continue,
-                ServerMsg::Refused { reason } => return Err(format!("the replica refused the connection: {reason}")),
+                ServerMsg::Refused { reason } if is_auth_refusal(&reason) => return Err(Ok(reason)),
+                ServerMsg::Refused { reason } => {
+                    return Err(Err(format!("the replica refused the connection: {reason}")))
+                }
             }
         }
     };
     match tokio::time::timeout(timeout, query).await {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(unreachable(e)),
+        Ok(Err(Ok(reason))) => Err(ClientError::Auth { endpoint: endpoint.to_string(), reason }),
+        Ok(Err(Err(e))) => Err(unreachable(e)),
         Err(_) => Err(unreachable(format!("no status answer within {timeout:?}"))),
     }
+}
+
+/// Whether a refusal is about the password (`NOAUTH`, `WRONGPASS`).
+fn is_auth_refusal(reason: &str) -> bool {
+    reason.starts_with("NOAUTH") || reason.starts_with("WRONGPASS")
 }
 
 /// Query the status of several endpoints concurrently; results in the order given.
@@ -602,11 +681,29 @@ pub async fn status_all(
     endpoints: &[impl AsRef<str>],
     timeout: Duration,
 ) -> Vec<(String, Result<Status, ClientError>)> {
+    status_all_access(endpoints, timeout, &Access::default()).await
+}
+
+/// [`status_all`] with the TLS and password of `opts`.
+pub async fn status_all_with(
+    endpoints: &[impl AsRef<str>],
+    timeout: Duration,
+    opts: &ClientOptions,
+) -> Vec<(String, Result<Status, ClientError>)> {
+    status_all_access(endpoints, timeout, &opts.access()).await
+}
+
+async fn status_all_access(
+    endpoints: &[impl AsRef<str>],
+    timeout: Duration,
+    access: &Access,
+) -> Vec<(String, Result<Status, ClientError>)> {
     let handles: Vec<_> = endpoints
         .iter()
         .map(|e| {
             let e = e.as_ref().to_string();
-            tokio::spawn(async move { status_of(&e, timeout).await })
+            let access = access.clone();
+            tokio::spawn(async move { status_access(&e, timeout, &access).await })
         })
         .collect();
     let mut out = Vec::with_capacity(endpoints.len());
@@ -630,16 +727,36 @@ fn describe(body: &ReplyBody) -> String {
     }
 }
 
-/// Open a client-protocol connection: connect, then the magic.
-async fn connect(endpoint: &str) -> std::io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(endpoint).await?;
-    stream.set_nodelay(true)?;
-    stream.write_all(CLIENT_MAGIC).await?;
+/// Open a client-protocol connection: connect (TLS if asked), then the magic and the
+/// password.
+async fn connect(endpoint: &str, access: &Access) -> std::io::Result<Stream> {
+    let tcp = TcpStream::connect(endpoint).await?;
+    tcp.set_nodelay(true)?;
+    let tls = match &access.tls {
+        Some(t) => {
+            let name = synod_tls::server_name_of(endpoint)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+            Some((&t.connector, name))
+        }
+        None => None,
+    };
+    let mut stream = Stream::connect(tcp, tls).await?;
+    let mut preamble = CLIENT_MAGIC.to_vec();
+    if let Some(password) = &access.password {
+        preamble.extend_from_slice(&wire::frame(&ClientMsg::Auth { password: password.clone() }));
+    }
+    write_flush(&mut stream, &preamble).await?;
     Ok(stream)
 }
 
+/// Write all of `buf` and flush (TLS holds the tail of a record until a flush).
+async fn write_flush<W: AsyncWriteExt + Unpin>(w: &mut W, buf: &[u8]) -> std::io::Result<()> {
+    w.write_all(buf).await?;
+    w.flush().await
+}
+
 /// Read frames from one connection and hand them to the client until it breaks.
-async fn read_loop(mut rd: OwnedReadHalf, node: NodeId, link: u64, tx: mpsc::UnboundedSender<LinkEvent>) {
+async fn read_loop(mut rd: ReadHalf, node: NodeId, link: u64, tx: mpsc::UnboundedSender<LinkEvent>) {
     let mut buf = BytesMut::with_capacity(4096);
     let why = loop {
         match wire::take_frame(&mut buf, MAX_REPLY_FRAME) {
@@ -678,26 +795,37 @@ enum ConnError {
     Closed,
     #[error("{0}")]
     Frame(#[from] FrameError),
+    #[error("the replica answered with TLS: connect with TLS (ClientOptions::tls, --tls-ca)")]
+    Tls,
+}
+
+/// Whether a plain connection got the start of a TLS record (an alert or handshake, TLS 1.x)
+/// instead of a frame: the replica's port has TLS on.
+fn looks_like_tls(buf: &[u8]) -> bool {
+    buf.len() >= 3 && matches!(buf[0], 0x15 | 0x16) && buf[1] == 0x03 && buf[2] <= 0x04
 }
 
 /// One client-protocol connection: magic, then length-prefixed postcard frames.
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: BytesMut,
 }
 
 impl Conn {
-    async fn open(endpoint: &str) -> std::io::Result<Conn> {
-        Ok(Conn { stream: connect(endpoint).await?, buf: BytesMut::with_capacity(4096) })
+    async fn open(endpoint: &str, access: &Access) -> std::io::Result<Conn> {
+        Ok(Conn { stream: connect(endpoint, access).await?, buf: BytesMut::with_capacity(4096) })
     }
 
     async fn send(&mut self, msg: &ClientMsg) -> Result<(), ConnError> {
-        self.stream.write_all(&wire::frame(msg)).await?;
+        write_flush(&mut self.stream, &wire::frame(msg)).await?;
         Ok(())
     }
 
     async fn recv(&mut self) -> Result<ServerMsg, ConnError> {
         loop {
+            if looks_like_tls(&self.buf) {
+                return Err(ConnError::Tls);
+            }
             if let Some(payload) = wire::take_frame(&mut self.buf, MAX_REPLY_FRAME)? {
                 return Ok(wire::decode_payload(&payload)?);
             }

@@ -74,6 +74,7 @@ async fn serve(
             }
         };
         let out = match wire::decode_payload::<ClientMsg>(&payload).unwrap() {
+            ClientMsg::Auth { .. } => continue, // no password in this fake
             ClientMsg::Status => ServerMsg::Status(Status {
                 id,
                 protocol: "fake".into(),

@@ -27,6 +27,12 @@ pub enum ClientMsg {
         meta: RequestMeta,
     },
     Status,
+    /// The password of the replica (its config's `password`): required as the first message
+    /// when one is configured; without it (or with a wrong one) the replica answers
+    /// `ServerMsg::Refused` and closes the connection.
+    Auth {
+        password: String,
+    },
 }
 
 /// Replica → client.

@@ -119,6 +119,8 @@ fn a_killed_leader_is_replaced_and_restarted_through_the_nemesis() {
             ..Default::default()
         },
         server_exe: None,
+        tls: false,
+        password: None,
     };
     let cluster = Cluster::start(&spec).unwrap_or_else(|e| panic!("starting the cluster: {e}"));
     let file = cluster.file_path.clone();

@@ -26,6 +26,8 @@ async fn main() {
         incarnation: 1,
         secret: None,
         max_connections: 16,
+        tls: None,
+        budget: synod_runtime::budget::MemBudget::unlimited(),
     };
     let link = std::sync::Arc::new(synod_runtime::link::Link::new(1, 2));
     if let Some(mbit) = args.get(3) {

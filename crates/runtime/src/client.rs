@@ -7,7 +7,7 @@
 //! is queued into one write.
 
 use crate::metrics::NodeMetrics;
-use crate::transport::{read_frame, read_magic};
+use crate::transport::{read_frame, read_frame_charged, read_magic, write_flush, FrameRead};
 use anyhow::Context as _;
 use bytes::BytesMut;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use synod_core::wire::{self, ClientMsg, ServerMsg, CLIENT_MAGIC};
 use synod_core::{Command, Limits, NodeId, Reply, ReplyBody, Status};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -63,6 +61,23 @@ pub struct ClientShared {
     pub next_conn: Arc<AtomicU64>,
     /// Most client connections at once; beyond it a connection gets `ServerMsg::Refused`.
     pub limit: crate::conn_limit::ConnLimit,
+    /// TLS on this port (`[tls] native`). None = plain TCP.
+    pub tls: Option<synod_tls::TlsAcceptor>,
+    /// The config's `password`: a connection must send `ClientMsg::Auth` with it first.
+    pub password: Option<Arc<str>>,
+    /// The replica's memory budget for pending requests (`max_pending_bytes`).
+    pub budget: crate::budget::MemBudget,
+}
+
+/// `ServerMsg::Refused` reasons of the password check.
+pub const NOAUTH: &str = "NOAUTH authentication required: this replica has a password \
+     (synod_client::ClientOptions::password, synod ctl/bench --password)";
+pub const WRONGPASS: &str = "WRONGPASS invalid password";
+
+/// Whether `given` is the configured password (constant time), or no password is configured.
+fn password_ok(configured: Option<&str>, given: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    configured.is_none_or(|p| bool::from(p.as_bytes().ct_eq(given.as_bytes())))
 }
 
 /// Accept client connections until the task is aborted (which closes them all).
@@ -71,13 +86,18 @@ pub async fn accept_clients(listener: TcpListener, shared: ClientShared) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((mut stream, addr)) => {
+                Ok((stream, addr)) => {
                     let Some(permit) = shared.limit.try_admit() else {
                         warn!(%addr, max = shared.limit.max(), "refusing a client connection: max_connections reached");
                         let reason = format!("max number of clients reached ({})", shared.limit.max());
                         let frame = wire::frame(&ServerMsg::Refused { reason });
+                        let tls = shared.tls.clone();
                         tokio::spawn(async move {
-                            let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&frame)).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                                let mut s = synod_tls::Stream::accept(stream, tls.as_ref()).await?;
+                                write_flush(&mut s, &frame).await
+                            })
+                            .await;
                         });
                         continue;
                     };
@@ -102,19 +122,54 @@ pub async fn accept_clients(listener: TcpListener, shared: ClientShared) {
     }
 }
 
-async fn serve_client(mut stream: TcpStream, conn: u64, shared: &ClientShared) -> anyhow::Result<()> {
-    let _ = stream.set_nodelay(true);
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, read_magic(&mut stream, CLIENT_MAGIC, "client"))
-        .await
-        .context("no client preamble in time")??;
+async fn serve_client(tcp: TcpStream, conn: u64, shared: &ClientShared) -> anyhow::Result<()> {
+    let _ = tcp.set_nodelay(true);
+    let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let mut stream = synod_tls::Stream::accept(tcp, shared.tls.as_ref()).await.context("TLS handshake failed")?;
+        read_magic(&mut stream, CLIENT_MAGIC, "client").await?;
+        Ok::<_, anyhow::Error>(stream)
+    })
+    .await
+    .context("no client preamble in time")??;
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    if shared.password.is_some() {
+        // The first message must be the password; nothing else is read before it.
+        let first =
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, read_frame(&mut stream, &mut buf, shared.limits.max_frame_bytes))
+                .await
+                .context("no AUTH in time")??;
+        let Some(first) = first else { return Ok(()) };
+        let refusal = match wire::decode_payload::<ClientMsg>(&first)? {
+            ClientMsg::Auth { password } if password_ok(shared.password.as_deref(), &password) => None,
+            ClientMsg::Auth { .. } => Some(WRONGPASS),
+            _ => Some(NOAUTH),
+        };
+        if let Some(reason) = refusal {
+            warn!(conn, "refusing a client connection: {reason}");
+            let frame = wire::frame(&ServerMsg::Refused { reason: reason.into() });
+            let _ = tokio::time::timeout(Duration::from_secs(1), write_flush(&mut stream, &frame)).await;
+            return Ok(());
+        }
+    }
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(REPLY_QUEUE);
     if shared.inbox.send(ClientInput::Open { conn, replies: tx.clone() }).await.is_err() {
         return Ok(()); // shutting down
     }
+    let mut charge = shared.budget.charge();
     let reader = async {
-        let mut buf = BytesMut::with_capacity(16 * 1024);
-        while let Some(frame) = read_frame(&mut rd, &mut buf, shared.limits.max_frame_bytes).await? {
+        loop {
+            let frame = match read_frame_charged(&mut rd, &mut buf, shared.limits.max_frame_bytes, &mut charge).await {
+                Ok(FrameRead::Frame(frame)) => frame,
+                Ok(FrameRead::End) => break,
+                Ok(FrameRead::OverBudget(e)) => {
+                    let _ = tx.send(ServerMsg::Refused { reason: e.to_string() }).await;
+                    // Let the writer send the refusal before the connection closes.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    anyhow::bail!("{e}");
+                }
+                Err(e) => return Err(e),
+            };
             match wire::decode_payload::<ClientMsg>(&frame)? {
                 ClientMsg::Request { cmd, meta } => {
                     shared.metrics.client_requests.increment(1);
@@ -137,6 +192,14 @@ async fn serve_client(mut stream: TcpStream, conn: u64, shared: &ClientShared) -
                         break;
                     }
                 }
+                // Authenticated already (or no password configured): a repeated AUTH with
+                // the right password is harmless; a wrong one ends the connection.
+                ClientMsg::Auth { password } => {
+                    if !password_ok(shared.password.as_deref(), &password) {
+                        let _ = tx.send(ServerMsg::Refused { reason: WRONGPASS.into() }).await;
+                        anyhow::bail!("{WRONGPASS}");
+                    }
+                }
             }
         }
         Ok::<_, anyhow::Error>(())
@@ -148,7 +211,7 @@ async fn serve_client(mut stream: TcpStream, conn: u64, shared: &ClientShared) -
 }
 
 /// Write queued replies, coalescing all that are ready into one write.
-async fn write_replies(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<ServerMsg>) -> anyhow::Result<()> {
+async fn write_replies(mut wr: synod_tls::WriteHalf, mut rx: mpsc::Receiver<ServerMsg>) -> anyhow::Result<()> {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     while let Some(first) = rx.recv().await {
         buf.clear();
@@ -159,7 +222,7 @@ async fn write_replies(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<ServerMsg>
                 Err(_) => break,
             }
         }
-        wr.write_all(&buf).await.context("writing replies")?;
+        write_flush(&mut wr, &buf).await.context("writing replies")?;
     }
     Ok(())
 }

@@ -63,6 +63,46 @@ pub struct NodeConfig {
     /// Redis); beyond it a new connection gets an error and is closed.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Most bytes of pending requests held at once across all connections (peer, native,
+    /// Redis): the connections' read buffers. A connection whose buffer would cross it gets
+    /// an error and is closed (docs/security.md).
+    #[serde(default = "default_max_pending_bytes")]
+    pub max_pending_bytes: usize,
+    /// `[tls]`: TLS on this replica's ports (docs/security.md). None = no TLS anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[tls]`: certificate files and which ports use TLS. Every member of a cluster must agree
+/// on `peers` and `native` (replicas dial each other's peer ports, and the Redis front end
+/// forwards to the other replicas' native ports). Relative paths are relative to the
+/// replica's working directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The cluster's CA certificate (PEM): members' certificates must chain to it.
+    pub ca: PathBuf,
+    /// This replica's certificate chain (PEM); it must name `synod-node-<id>` (a DNS subject
+    /// alternative name), and the addresses clients dial (IP or DNS SANs).
+    pub cert: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// Mutual TLS between replicas: each side checks the other's certificate against `ca`
+    /// and its name against the member id.
+    #[serde(default = "default_true")]
+    pub peers: bool,
+    /// TLS on the native client port.
+    #[serde(default = "default_true")]
+    pub native: bool,
+    /// TLS on the Redis port (`redis-cli --tls --cacert <ca>`).
+    #[serde(default = "default_true")]
+    pub redis: bool,
+}
+
+impl TlsConfig {
+    pub fn files(&self) -> synod_tls::NodeFiles {
+        synod_tls::NodeFiles { ca: self.ca.clone(), cert: self.cert.clone(), key: self.key.clone() }
+    }
 }
 
 /// `[admin]`: who may change the cluster through the admin port.
@@ -90,6 +130,10 @@ impl Default for AdminConfig {
 
 fn default_true() -> bool {
     true
+}
+
+fn default_max_pending_bytes() -> usize {
+    NodeConfig::DEFAULT_MAX_PENDING_BYTES
 }
 
 fn default_max_connections() -> usize {
@@ -156,6 +200,9 @@ pub enum ConfigError {
 impl NodeConfig {
     /// `max_connections` when the config does not say.
     pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+    /// `max_pending_bytes` when the config does not say: 512 MiB (eight frames of the default
+    /// 64 MiB limit).
+    pub const DEFAULT_MAX_PENDING_BYTES: usize = 512 << 20;
 
     /// Parse and validate a TOML document.
     pub fn from_toml_str(s: &str) -> Result<NodeConfig, ConfigError> {
@@ -228,6 +275,12 @@ impl NodeConfig {
         if self.admin.token.as_deref() == Some("") {
             return invalid("admin.token must not be empty (leave it out to disable it)".into());
         }
+        if self.max_pending_bytes < self.limits.max_frame_bytes {
+            return invalid(format!(
+                "max_pending_bytes ({}) must be at least limits.max_frame_bytes ({}): one whole frame must fit",
+                self.max_pending_bytes, self.limits.max_frame_bytes
+            ));
+        }
         if self.max_connections == 0 {
             return invalid("max_connections must be at least 1".into());
         }
@@ -244,6 +297,17 @@ impl NodeConfig {
             return Err(ConfigError::Invalid("cluster_secret must be at least 16 characters".into()));
         }
         Ok(secret)
+    }
+
+    /// The replica's TLS machinery when `[tls]` is set: the files are read and checked here
+    /// (an error names the file).
+    pub fn load_tls(&self) -> Result<Option<synod_tls::NodeTls>, ConfigError> {
+        match &self.tls {
+            None => Ok(None),
+            Some(t) => {
+                synod_tls::NodeTls::load(&t.files()).map(Some).map_err(|e| ConfigError::Invalid(format!("tls: {e}")))
+            }
+        }
     }
 
     /// The admin token (inline or from its file), if the admin port asks for one.

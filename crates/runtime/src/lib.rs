@@ -6,6 +6,7 @@
 //! it runs: the registry builds it from the configured name.
 
 pub mod admin;
+pub mod budget;
 pub mod client;
 pub mod config;
 pub mod conn_limit;
@@ -19,7 +20,8 @@ pub mod storage;
 pub mod timers;
 pub mod transport;
 
-pub use config::{AdminConfig, ConfigError, Member, NodeConfig};
+pub use config::{AdminConfig, ConfigError, Member, NodeConfig, TlsConfig};
+pub use synod_tls as tls;
 
 use anyhow::{anyhow, Context as _};
 use std::collections::HashMap;
@@ -87,6 +89,10 @@ pub async fn run_protocol(
     // Before any metric handle is created: handles made without a recorder are no-ops.
     let _ = metrics::prometheus();
     let me = config.me().clone();
+    // Certificates are read before anything is bound: a bad file stops the start.
+    let tls = config.load_tls()?;
+    let budget = budget::MemBudget::new(config.max_pending_bytes);
+    let tls_flags = config.tls.as_ref().map(|t| (t.peers, t.native, t.redis)).unwrap_or_default();
     let peer_listener = bind(me.peer_addr, "peer").await?;
     let client_listener = bind(me.client_addr, "client").await?;
     let admin_listener = bind(me.admin_addr, "admin").await?;
@@ -113,6 +119,7 @@ pub async fn run_protocol(
         peer = %me.peer_addr,
         client = %me.client_addr,
         admin = %me.admin_addr,
+        tls = ?config.tls.as_ref().map(|t| format!("peers={} native={} redis={}", t.peers, t.native, t.redis)),
         recovered_records = records.len(),
         seed,
         "replica starting"
@@ -127,6 +134,8 @@ pub async fn run_protocol(
         incarnation: transport::new_incarnation(),
         secret: config.cluster_secret()?.map(|s| peer_auth::Secret::new(&s)),
         max_connections: config.max_connections,
+        tls: tls.clone().filter(|_| tls_flags.0),
+        budget: budget.clone(),
     };
 
     let mut tasks = JoinSet::new();
@@ -158,13 +167,19 @@ pub async fn run_protocol(
         members: current_members.clone(),
     };
     if let Some((listener, addr)) = resp_listener {
-        let shared = resp::RespShared::new(
+        let mut shared = resp::RespShared::new(
             &config,
             addr,
             client_tx.clone(),
             status_rx.clone(),
             node_metrics.clone(),
             next_conn.clone(),
+        );
+        shared.tls = tls.as_ref().filter(|_| tls_flags.2).map(|t| t.client_acceptor.clone());
+        shared.budget = budget.clone();
+        shared.forwarder.set_security(
+            tls.as_ref().filter(|_| tls_flags.1).map(|t| t.client_connector.clone()),
+            config.password.clone(),
         );
         tasks.spawn(resp::serve(listener, shared));
     }
@@ -178,6 +193,9 @@ pub async fn run_protocol(
             metrics: node_metrics.clone(),
             next_conn,
             limit: conn_limit::ConnLimit::new(config.max_connections),
+            tls: tls.as_ref().filter(|_| tls_flags.1).map(|t| t.client_acceptor.clone()),
+            password: config.password.as_deref().map(Arc::from),
+            budget,
         },
     ));
     let mut driver = node::Driver::new(config.id, protocol, storage, seed, peers, status_tx, node_metrics);

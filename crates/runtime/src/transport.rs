@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use synod_core::wire::{self, PeerHello, PEER_MAGIC, PEER_NONCE_BYTES};
 use synod_core::{MemberInfo, NodeId, Time};
+use synod_tls::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -103,6 +104,13 @@ pub struct Identity {
     pub secret: Option<Secret>,
     /// Most inbound peer connections at once (beyond: refused and closed).
     pub max_connections: usize,
+    /// Mutual TLS between replicas (`[tls] peers`): dial with this replica's certificate and
+    /// check the peer's name; accept only certificates of the cluster's CA that name the
+    /// member the hello claims to be. None = plain TCP.
+    pub tls: Option<synod_tls::NodeTls>,
+    /// The replica's memory budget for pending requests (`max_pending_bytes`), shared with
+    /// the client ports.
+    pub budget: crate::budget::MemBudget,
 }
 
 /// A fresh incarnation number for a replica starting now: never 0, different across restarts.
@@ -234,7 +242,7 @@ async fn outbound(
     };
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
-        let mut stream = match TcpStream::connect(addr).await {
+        let tcp = match TcpStream::connect(addr).await {
             Ok(s) => s,
             Err(e) => {
                 failures += 1;
@@ -249,7 +257,23 @@ async fn outbound(
         };
         // Restarts the peer announced before this connection existed do not concern it.
         restarts.borrow_and_update();
-        let _ = stream.set_nodelay(true);
+        let _ = tcp.set_nodelay(true);
+        let tls = identity.tls.as_ref().map(|t| (&t.peer_connector, synod_tls::peer_server_name(peer)));
+        let mut stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, Stream::connect(tcp, tls)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(50) {
+                    warn!(peer, %addr, attempts = failures, "TLS handshake with peer failed: {e}");
+                }
+                sleep_backoff(&mut backoff, &mut rng).await;
+                continue;
+            }
+            Err(_) => {
+                warn!(peer, %addr, "no TLS handshake from peer within {HANDSHAKE_TIMEOUT:?}; reconnecting");
+                continue;
+            }
+        };
         // The peer's challenge first; the hello answers it.
         let mut challenge = [0u8; PEER_NONCE_BYTES];
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut challenge)).await {
@@ -271,7 +295,7 @@ async fn outbound(
         buf.clear();
         buf.extend_from_slice(PEER_MAGIC);
         buf.extend_from_slice(&wire::frame(&hello));
-        if let Err(e) = stream.write_all(&buf).await {
+        if let Err(e) = write_flush(&mut stream, &buf).await {
             debug!(peer, %addr, "peer handshake failed: {e}");
             tokio::time::sleep(backoff).await;
             continue;
@@ -309,7 +333,7 @@ async fn outbound(
                     if buf.is_empty() {
                         continue;
                     }
-                    if let Err(e) = writer.write_all(&buf).await {
+                    if let Err(e) = write_flush(&mut writer, &buf).await {
                         warn!(peer, %addr, "peer connection lost: {e}; reconnecting");
                         break Ended::Lost;
                     }
@@ -355,7 +379,7 @@ async fn outbound(
                     if buf.is_empty() {
                         continue;
                     }
-                    if let Err(e) = writer.write_all(&buf).await {
+                    if let Err(e) = write_flush(&mut writer, &buf).await {
                         warn!(peer, %addr, "peer connection lost: {e}; reconnecting");
                         break Ended::Lost;
                     }
@@ -375,6 +399,13 @@ async fn outbound(
             Ended::Lost | Ended::PeerRestarted => backoff = BACKOFF_MIN,
         }
     }
+}
+
+/// Write all of `buf` and flush: on a TLS stream the tail of the last record may wait in
+/// rustls until a flush (on plain TCP the flush does nothing).
+pub async fn write_flush<W: AsyncWriteExt + Unpin>(w: &mut W, buf: &[u8]) -> std::io::Result<()> {
+    w.write_all(buf).await?;
+    w.flush().await
 }
 
 /// Sleep `backoff` plus up to half of it in jitter, then double it (capped).
@@ -513,16 +544,21 @@ pub async fn accept_peers(
 
 /// Read one inbound peer connection to its end. Returns the peer id on a clean close.
 async fn serve_peer(
-    mut stream: TcpStream,
+    tcp: TcpStream,
     identity: &Identity,
     members: &PeerDirectory,
     inbox: mpsc::Sender<Incoming>,
 ) -> anyhow::Result<NodeId> {
-    let _ = stream.set_nodelay(true);
+    let _ = tcp.set_nodelay(true);
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let challenge = peer_auth::new_challenge();
+    let acceptor = identity.tls.as_ref().map(|t| &t.peer_acceptor);
+    let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, Stream::accept(tcp, acceptor))
+        .await
+        .map_err(|_| anyhow!("no TLS handshake within {HANDSHAKE_TIMEOUT:?}"))?
+        .context("TLS handshake failed (peers must present a certificate of the cluster's CA)")?;
     let hello = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        stream.write_all(&challenge).await.context("cannot send the handshake challenge")?;
+        write_flush(&mut stream, &challenge).await.context("cannot send the handshake challenge")?;
         read_magic(&mut stream, PEER_MAGIC, "peer").await?;
         let frame = read_frame(&mut stream, &mut buf, identity.max_frame_bytes)
             .await?
@@ -536,6 +572,10 @@ async fn serve_peer(
     }
     peer_auth::verify(identity.secret.as_ref(), identity.me, &challenge, &hello)?;
     let from = hello.from;
+    if identity.tls.is_some() {
+        // The chain was checked in the handshake; the certificate must name this member.
+        synod_tls::stream_peer_is(&stream, from).with_context(|| format!("peer claiming to be member {from}"))?;
+    }
     let member = members.read().expect("peer directory lock").get(&from).cloned();
     let Some(metrics) = member.filter(|_| from != identity.me) else {
         bail!("unknown peer id {from} in the handshake (not a member)");
@@ -550,7 +590,13 @@ async fn serve_peer(
     if restarted {
         info!(from, "peer restarted (new incarnation); our connection to it will be replaced");
     }
-    while let Some(frame) = read_frame(&mut stream, &mut buf, identity.max_frame_bytes).await? {
+    let mut charge = identity.budget.charge();
+    loop {
+        let frame = match read_frame_charged(&mut stream, &mut buf, identity.max_frame_bytes, &mut charge).await? {
+            FrameRead::Frame(frame) => frame,
+            FrameRead::End => break,
+            FrameRead::OverBudget(e) => bail!("peer {from}: {e}"),
+        };
         let f = decode_frame(frame).with_context(|| format!("from peer {from}"))?;
         if !members.read().expect("peer directory lock").contains_key(&from) {
             bail!("peer {from} was removed from the configuration");
@@ -564,13 +610,60 @@ async fn serve_peer(
 }
 
 /// Read and check the 8-byte preamble of a connection.
-pub async fn read_magic(stream: &mut TcpStream, magic: &[u8; 8], kind: &'static str) -> anyhow::Result<()> {
+pub async fn read_magic<R: AsyncReadExt + Unpin>(
+    stream: &mut R,
+    magic: &[u8; 8],
+    kind: &'static str,
+) -> anyhow::Result<()> {
     let mut got = [0u8; 8];
     stream.read_exact(&mut got).await.context("connection closed before the preamble")?;
     if &got != magic {
         return Err(wire::FrameError::BadMagic(kind).into());
     }
     Ok(())
+}
+
+/// `read_buf`, with a TLS peer that closes without `close_notify` (as most clients do)
+/// counted as an end of stream like a TCP FIN.
+async fn read_some<R: AsyncReadExt + Unpin>(stream: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
+    match stream.read_buf(buf).await {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+        other => other,
+    }
+}
+
+/// What [`read_frame_charged`] read.
+pub enum FrameRead {
+    Frame(Bytes),
+    /// A clean end of stream between frames.
+    End,
+    /// The connection's buffer would cross the replica's budget for pending requests.
+    OverBudget(crate::budget::Exhausted),
+}
+
+/// [`read_frame`], charging the buffer's capacity to the replica's memory budget after every
+/// read (docs/security.md, resource caps).
+pub async fn read_frame_charged<R: AsyncReadExt + Unpin>(
+    stream: &mut R,
+    buf: &mut BytesMut,
+    limit: usize,
+    charge: &mut crate::budget::Charge,
+) -> anyhow::Result<FrameRead> {
+    loop {
+        if let Some(frame) = wire::take_frame(buf, limit)? {
+            return Ok(FrameRead::Frame(frame));
+        }
+        buf.reserve(16 * 1024);
+        if let Err(e) = charge.set(buf.capacity()) {
+            return Ok(FrameRead::OverBudget(e));
+        }
+        if read_some(stream, buf).await? == 0 {
+            if buf.is_empty() {
+                return Ok(FrameRead::End);
+            }
+            bail!("connection closed in the middle of a frame");
+        }
+    }
 }
 
 /// Read the next frame; `None` on a clean end of stream between frames.
@@ -584,7 +677,7 @@ pub async fn read_frame<R: AsyncReadExt + Unpin>(
             return Ok(Some(frame));
         }
         buf.reserve(16 * 1024);
-        if stream.read_buf(buf).await? == 0 {
+        if read_some(stream, buf).await? == 0 {
             if buf.is_empty() {
                 return Ok(None);
             }
@@ -660,6 +753,8 @@ mod tests {
             incarnation: 100 + me as u64,
             secret: None,
             max_connections: 64,
+            tls: None,
+            budget: crate::budget::MemBudget::unlimited(),
         }
     }
 

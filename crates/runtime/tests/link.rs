@@ -50,6 +50,8 @@ impl Pair {
             incarnation: 1,
             secret: None,
             max_connections: 16,
+            tls: None,
+            budget: synod_runtime::budget::MemBudget::unlimited(),
         };
         let sender =
             transport::spawn_outbound(&mut tasks, identity, 2, listener.local_addr().unwrap(), 7, link.clone());

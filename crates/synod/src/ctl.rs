@@ -24,6 +24,13 @@ pub struct Args {
     /// How long to keep retrying before giving up (outcome then unknown).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub retry_time: Duration,
+    /// Connect with TLS, checking the replicas' certificates against this CA file
+    /// (`synod local --tls` writes `<dir>/tls/ca.pem`).
+    #[arg(long, env = "SYNOD_TLS_CA", value_name = "CA.pem")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// The replicas' password (their config's `password`).
+    #[arg(long, env = "SYNOD_PASSWORD")]
+    pub password: Option<String>,
     #[command(subcommand)]
     pub command: CtlCommand,
 }
@@ -117,14 +124,26 @@ async fn run(args: Args) -> ExitCode {
         eprintln!("error: no endpoints given (--endpoints or SYNOD_ENDPOINTS)");
         return ExitCode::from(2);
     }
+    let tls = match &args.tls_ca {
+        Some(ca) => match synod_client::ClientTls::from_ca_file(ca) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("error: --tls-ca: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
     let opts = ClientOptions {
         request_timeout: args.timeout,
         max_retry_time: args.retry_time,
         resolve_policy: Some(synod_protocols::registry::client_for),
+        tls,
+        password: args.password.clone(),
         ..Default::default()
     };
     if let CtlCommand::Status { output } = args.command {
-        return status(&endpoints, args.timeout, output).await;
+        return status(&endpoints, &opts, output).await;
     }
     // Usage errors before any network wait.
     if let CtlCommand::Cas { absent, delete, values, .. } = &args.command {
@@ -234,8 +253,8 @@ fn fail(e: ClientError) -> ExitCode {
 }
 
 /// Print every endpoint's status; unreachable ones as `down`. Fails only if all are down.
-async fn status(endpoints: &[String], timeout: Duration, format: Format) -> ExitCode {
-    let all = synod_client::status_all(endpoints, timeout).await;
+async fn status(endpoints: &[String], opts: &ClientOptions, format: Format) -> ExitCode {
+    let all = synod_client::status_all_with(endpoints, opts.request_timeout, opts).await;
     let any_up = all.iter().any(|(_, r)| r.is_ok());
     match format {
         Format::Json => {

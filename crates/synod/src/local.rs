@@ -50,6 +50,14 @@ pub struct Args {
     /// proxy mode); the replicas' own client ports keep working (non-proxy mode).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=99))]
     pub proxies: u32,
+    /// TLS on every port: mutual TLS between the replicas, TLS on the native and Redis
+    /// ports. A throwaway CA and node certificates are generated under <data-dir>/tls/;
+    /// clients use `--tls-ca <data-dir>/tls/ca.pem` (docs/security.md).
+    #[arg(long)]
+    pub tls: bool,
+    /// A password for the native and Redis ports (clients: `--password`, `redis-cli -a`).
+    #[arg(long, env = "SYNOD_PASSWORD")]
+    pub password: Option<String>,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -70,6 +78,8 @@ pub fn main(args: Args) -> ExitCode {
         log_level: args.log_level.clone(),
         params,
         server_exe: None,
+        tls: args.tls,
+        password: args.password.clone(),
     };
     let mut cluster = match Cluster::start(&spec) {
         Ok(c) => c,
@@ -191,17 +201,30 @@ fn print_table(args: &Args, cluster: &Cluster) {
     let endpoints = cluster.client_endpoints().join(",");
     println!("logs: {}/node<N>.log", cluster.dir.display());
     println!("cluster file: {}", cluster.file_path.display());
-    println!("try:  synod ctl --endpoints {endpoints} put hello world");
-    println!("      synod ctl --endpoints {endpoints} status");
-    print_resp_hint(table.iter().map(|(m, _, _)| m));
+    // What every client needs beyond the endpoints: the CA file, the password.
+    let mut ctl_extra = String::new();
+    let mut cli_extra = String::new();
+    if args.tls {
+        let ca = cluster.dir.join("tls").join("ca.pem");
+        println!("TLS on every port; CA certificate: {}", ca.display());
+        ctl_extra.push_str(&format!(" --tls-ca {}", ca.display()));
+        cli_extra.push_str(&format!(" --tls --cacert {}", ca.display()));
+    }
+    if args.password.is_some() {
+        ctl_extra.push_str(" --password <password>");
+        cli_extra.push_str(" -a <password>");
+    }
+    println!("try:  synod ctl --endpoints {endpoints}{ctl_extra} put hello world");
+    println!("      synod ctl --endpoints {endpoints}{ctl_extra} status");
+    print_resp_hint(table.iter().map(|(m, _, _)| m), &cli_extra);
     println!("      synod fault --cluster {} kill leader", cluster.file_path.display());
     println!("Ctrl-C stops the cluster.");
 }
 
 /// The Redis front end's ports and a redis-cli line for the first of them.
-fn print_resp_hint<'a>(members: impl Iterator<Item = &'a synod_runtime::Member>) {
+fn print_resp_hint<'a>(members: impl Iterator<Item = &'a synod_runtime::Member>, extra: &str) {
     let ports: Vec<String> = members.filter_map(|m| m.resp_addr).map(|a| a.port().to_string()).collect();
     if let Some(first) = ports.first() {
-        println!("      redis-cli -p {first} set hello world   (Redis protocol on ports {})", ports.join(","));
+        println!("      redis-cli -p {first}{extra} set hello world   (Redis protocol on ports {})", ports.join(","));
     }
 }

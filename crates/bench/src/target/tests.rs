@@ -47,6 +47,7 @@ async fn serve_synod(mut stream: TcpStream, log: Log, store: Arc<Mutex<std::coll
             }
         };
         let out = match wire::decode_payload::<ClientMsg>(&payload).unwrap() {
+            ClientMsg::Auth { .. } => continue, // no password in this fake
             ClientMsg::Status => ServerMsg::Status(Status {
                 id: 1,
                 protocol: "fake".into(),

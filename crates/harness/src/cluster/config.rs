@@ -82,6 +82,19 @@ pub(super) fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)
     // default is authenticated, and `synod fault` reads the token from the node configs.
     let cluster_secret = synod_runtime::peer_auth::random_hex(32);
     let admin_token = synod_runtime::peer_auth::random_hex(24);
+    let tls = if spec.tls {
+        let nodes: Vec<_> = members
+            .iter()
+            .map(|m| {
+                let mut ips = vec![m.client_addr.ip(), m.peer_addr.ip()];
+                ips.extend(m.resp_addr.map(|a| a.ip()));
+                (m.id, ips)
+            })
+            .collect();
+        Some(synod_runtime::tls::generate(&dir.join("tls"), &nodes).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     for m in &members {
         let config = NodeConfig {
             id: m.id,
@@ -94,11 +107,23 @@ pub(super) fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)
             params: spec.params.clone(),
             limits: synod_core::Limits::default(),
             log_level: Some(spec.log_level.clone()),
-            password: None,
+            password: spec.password.clone(),
             cluster_secret: Some(cluster_secret.clone()),
             cluster_secret_file: None,
             admin: synod_runtime::AdminConfig { token: Some(admin_token.clone()), ..Default::default() },
             max_connections: synod_runtime::NodeConfig::DEFAULT_MAX_CONNECTIONS,
+            max_pending_bytes: synod_runtime::NodeConfig::DEFAULT_MAX_PENDING_BYTES,
+            tls: tls.as_ref().map(|g| {
+                let files = &g.nodes.iter().find(|(id, _)| *id == m.id).expect("a certificate per member").1;
+                synod_runtime::TlsConfig {
+                    ca: files.ca.clone(),
+                    cert: files.cert.clone(),
+                    key: files.key.clone(),
+                    peers: true,
+                    native: true,
+                    redis: true,
+                }
+            }),
         };
         config.validate().map_err(|e| e.to_string())?;
         let text = toml::to_string(&config).map_err(|e| format!("cannot render the config of node {}: {e}", m.id))?;

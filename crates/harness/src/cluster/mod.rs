@@ -74,6 +74,11 @@ pub struct Spec {
     /// None: the running executable (`synod local`, `synod scenario run`). A program that
     /// is not synod itself (a test, another tool) names the synod binary here.
     pub server_exe: Option<PathBuf>,
+    /// TLS on every port (peers mutual, native and Redis ports): a throwaway CA and node
+    /// certificates are generated under `<dir>/tls/` (docs/security.md).
+    pub tls: bool,
+    /// The replicas' `password` (native AUTH and Redis `requirepass`); None = none.
+    pub password: Option<String>,
 }
 
 /// Why a cluster could not be started: bad settings (exit code 2) or a failure (1).

@@ -64,6 +64,8 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
         log_level: s.log_level.clone(),
         params: v.params.clone(),
         server_exe: s.server_exe.clone(),
+        tls: false,
+        password: None,
     };
     let cluster = Cluster::start(&spec).map_err(|e| match e {
         StartError::Usage(m) | StartError::Failed(m) => anyhow::anyhow!("starting the {} cluster: {m}", v.label),

@@ -36,7 +36,7 @@ use std::time::Duration;
 use synod_core::client_policy::{ClientAction, ClientCtx, ClientPolicy, Outcome, RequestMeta};
 use synod_core::wire::ServerMsg;
 use synod_core::{Command, NodeId, Op, OpResult, Reply, Role, Time};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -45,6 +45,7 @@ use tokio::time::Instant;
 pub const MAX_INFLIGHT: usize = 1024;
 /// How often pending commands are checked for the give-up time and due policy timers.
 const TICK: Duration = Duration::from_millis(20);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A place in the reply order.
 /// Each carries the protocol version in force when its command ran (HELLO may change it
@@ -137,8 +138,12 @@ struct Conn<'a> {
 }
 
 /// Serve one connection until the client leaves, sends QUIT, or breaks the framing.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespShared) -> anyhow::Result<()> {
-    let _ = stream.set_nodelay(true);
+pub async fn serve(tcp: TcpStream, peer: SocketAddr, id: u64, shared: &RespShared) -> anyhow::Result<()> {
+    let _ = tcp.set_nodelay(true);
+    let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, synod_tls::Stream::accept(tcp, shared.tls.as_ref()))
+        .await
+        .context("no TLS handshake in time")?
+        .context("TLS handshake failed")?;
     let (mut rd, mut wr) = stream.into_split();
     let (local_tx, mut local_rx) = mpsc::channel(REPLY_QUEUE);
     let (fwd_tx, mut fwd_rx) = mpsc::unbounded_channel();
@@ -177,6 +182,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
     };
     let mut parser = RequestParser::new(shared.limits.max_frame_bytes);
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut charge = shared.budget.charge();
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -200,18 +206,32 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, shared: &RespSh
                 }
             }
             if c.flush(&mut wbuf) {
-                wr.write_all(&wbuf).await.context("writing replies")?;
+                crate::transport::write_flush(&mut wr, &wbuf).await.context("writing replies")?;
                 return Ok(());
             }
             if !wbuf.is_empty() {
-                wr.write_all(&wbuf).await.context("writing replies")?;
+                crate::transport::write_flush(&mut wr, &wbuf).await.context("writing replies")?;
                 wbuf.clear();
             }
             let can_read = !c.closing && c.has_room();
             tokio::select! {
                 n = rd.read_buf(&mut rbuf), if can_read => {
+                    // A TLS client closing without close_notify: an ordinary end.
+                    let n = match n {
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+                        other => other,
+                    };
                     if n.context("reading requests")? == 0 {
                         return Ok(());
+                    }
+                    // The node-wide budget for pending requests: over it, this connection
+                    // is told so and closed (as Redis closes a client over its query
+                    // buffer limit).
+                    if let Err(e) = charge.set(rbuf.capacity() + parser.held()) {
+                        tracing::warn!(peer = %c.st.peer, "closing a RESP connection: {e}");
+                        c.ready(RespValue::err(format!("ERR {e}")));
+                        c.out.push_back(Slot::Close);
+                        c.closing = true;
                     }
                 }
                 Some(msg) = local_rx.recv() => {

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use synod_core::wire::{self, ClientMsg, ServerMsg, CLIENT_MAGIC};
 use synod_core::{Command, NodeId, Reply, ReplyBody, RequestMeta};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -65,11 +65,25 @@ pub struct Forwarder {
     addrs: HashMap<NodeId, SocketAddr>,
     max_frame: usize,
     conns: Mutex<HashMap<NodeId, mpsc::Sender<FwdReq>>>,
+    security: Security,
+}
+
+/// How the forwarder reaches the native ports: TLS (`[tls] native`) and the password.
+#[derive(Clone, Default)]
+struct Security {
+    tls: Option<synod_tls::TlsConnector>,
+    password: Option<String>,
 }
 
 impl Forwarder {
     pub fn new(addrs: HashMap<NodeId, SocketAddr>, max_frame: usize) -> Forwarder {
-        Forwarder { addrs, max_frame, conns: Mutex::new(HashMap::new()) }
+        Forwarder { addrs, max_frame, conns: Mutex::new(HashMap::new()), security: Security::default() }
+    }
+
+    /// Dial the native ports with TLS (`tls`, checking the replica's certificate against its
+    /// IP address) and authenticate with `password` (the cluster's replicas share one).
+    pub fn set_security(&mut self, tls: Option<synod_tls::TlsConnector>, password: Option<String>) {
+        self.security = Security { tls, password };
     }
 
     pub fn knows(&self, node: NodeId) -> bool {
@@ -92,7 +106,7 @@ impl Forwarder {
                 Some(tx) if !tx.is_closed() => tx.clone(),
                 _ => {
                     let (tx, rx) = mpsc::channel(QUEUE);
-                    tokio::spawn(run_connection(node, addr, self.max_frame, rx));
+                    tokio::spawn(run_connection(node, addr, self.max_frame, self.security.clone(), rx));
                     conns.insert(node, tx.clone());
                     tx
                 }
@@ -105,11 +119,22 @@ impl Forwarder {
     }
 }
 
+/// The name a replica's certificate carries for its native port at `addr`: the IP address.
+fn rustls_name(addr: SocketAddr) -> synod_tls::rustls::pki_types::ServerName<'static> {
+    synod_tls::rustls::pki_types::ServerName::IpAddress(addr.ip().into())
+}
+
 /// One forwarding connection: runs until it fails or the forwarder is dropped, then fails
 /// whatever is outstanding or still queued.
-async fn run_connection(node: NodeId, addr: SocketAddr, max_frame: usize, mut rx: mpsc::Receiver<FwdReq>) {
+async fn run_connection(
+    node: NodeId,
+    addr: SocketAddr,
+    max_frame: usize,
+    security: Security,
+    mut rx: mpsc::Receiver<FwdReq>,
+) {
     let mut waiters: Waiters = HashMap::new();
-    let reason = serve(addr, max_frame, &mut rx, &mut waiters).await;
+    let reason = serve(addr, max_frame, &security, &mut rx, &mut waiters).await;
     debug!(%addr, "forwarding connection closed: {reason}");
     rx.close();
     while let Ok(req) = rx.try_recv() {
@@ -124,14 +149,29 @@ async fn run_connection(node: NodeId, addr: SocketAddr, max_frame: usize, mut rx
 /// Where the replies to each (client, seq) go, and when it was sent.
 type Waiters = HashMap<(u64, u64), (mpsc::UnboundedSender<FwdEvent>, Instant)>;
 
-async fn serve(addr: SocketAddr, max_frame: usize, rx: &mut mpsc::Receiver<FwdReq>, waiters: &mut Waiters) -> String {
-    let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+async fn serve(
+    addr: SocketAddr,
+    max_frame: usize,
+    security: &Security,
+    rx: &mut mpsc::Receiver<FwdReq>,
+    waiters: &mut Waiters,
+) -> String {
+    let connect = async {
+        let tcp = TcpStream::connect(addr).await?;
+        let _ = tcp.set_nodelay(true);
+        let tls = security.tls.as_ref().map(|c| (c, rustls_name(addr)));
+        synod_tls::Stream::connect(tcp, tls).await
+    };
+    let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return format!("cannot connect to {addr}: {e}"),
         Err(_) => return format!("connecting to {addr} timed out"),
     };
-    let _ = stream.set_nodelay(true);
-    if let Err(e) = stream.write_all(CLIENT_MAGIC).await {
+    let mut preamble = CLIENT_MAGIC.to_vec();
+    if let Some(password) = &security.password {
+        preamble.extend_from_slice(&wire::frame(&ClientMsg::Auth { password: password.clone() }));
+    }
+    if let Err(e) = crate::transport::write_flush(&mut stream, &preamble).await {
         return format!("writing to {addr}: {e}");
     }
     let (mut rd, mut wr) = stream.into_split();
@@ -153,7 +193,7 @@ async fn serve(addr: SocketAddr, max_frame: usize, rx: &mut mpsc::Receiver<FwdRe
                     waiters.insert((req.cmd.client, req.cmd.seq), (req.back, now));
                     next = if wbuf.len() < 1 << 20 { rx.try_recv().ok() } else { None };
                 }
-                if let Err(e) = wr.write_all(&wbuf).await {
+                if let Err(e) = crate::transport::write_flush(&mut wr, &wbuf).await {
                     return format!("writing to {addr}: {e}");
                 }
             }

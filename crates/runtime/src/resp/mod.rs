@@ -31,7 +31,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use synod_core::{Limits, NodeId, Status};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -78,6 +77,10 @@ pub struct RespShared {
     pub give_up_after: Duration,
     /// Most RESP connections at once; beyond it Redis's `-ERR max number of clients reached`.
     pub limit: crate::conn_limit::ConnLimit,
+    /// TLS on this port (`[tls] redis`). None = plain TCP.
+    pub tls: Option<synod_tls::TlsAcceptor>,
+    /// The replica's memory budget for pending requests (`max_pending_bytes`).
+    pub budget: crate::budget::MemBudget,
 }
 
 impl RespShared {
@@ -121,6 +124,8 @@ impl RespShared {
             started: Instant::now(),
             give_up_after: Duration::from_secs(20),
             limit: crate::conn_limit::ConnLimit::new(config.max_connections),
+            tls: None,
+            budget: crate::budget::MemBudget::unlimited(),
         }
     }
 }
@@ -132,13 +137,18 @@ pub async fn serve(listener: TcpListener, shared: RespShared) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((mut stream, addr)) => {
+                Ok((stream, addr)) => {
                     let Some(permit) = shared.limit.try_admit() else {
                         // Redis's own answer and behaviour (maxclients): the error, then close.
                         warn!(%addr, max = shared.limit.max(), "refusing a RESP connection: max_connections reached");
+                        let tls = shared.tls.clone();
                         tokio::spawn(async move {
                             let reply = b"-ERR max number of clients reached\r\n";
-                            let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply)).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                                let mut s = synod_tls::Stream::accept(stream, tls.as_ref()).await?;
+                                crate::transport::write_flush(&mut s, reply).await
+                            })
+                            .await;
                         });
                         continue;
                     };

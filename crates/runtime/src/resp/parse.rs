@@ -46,11 +46,19 @@ pub struct RequestParser {
     args: Vec<Bytes>,
     /// Bytes of arguments announced so far in this request.
     size: usize,
+    /// Bytes of the complete arguments of the request being read (held outside the buffer).
+    held: usize,
 }
 
 impl RequestParser {
     pub fn new(max_request: usize) -> Self {
-        RequestParser { max_request, remaining: 0, bulk_len: None, args: Vec::new(), size: 0 }
+        RequestParser { max_request, remaining: 0, bulk_len: None, args: Vec::new(), size: 0, held: 0 }
+    }
+
+    /// Bytes of a partly received request held by the parser (its complete arguments); with
+    /// the read buffer, what the connection holds of the memory budget.
+    pub fn held(&self) -> usize {
+        self.held
     }
 
     /// Take the next complete request off the front of `buf`: `Ok(None)` = more bytes are
@@ -80,6 +88,7 @@ impl RequestParser {
                 self.remaining = n as usize;
                 self.args = Vec::with_capacity(self.remaining.min(1024));
                 self.size = 0;
+                self.held = 0;
             }
             while self.remaining > 0 {
                 let len = match self.bulk_len {
@@ -108,7 +117,9 @@ impl RequestParser {
                     }
                 };
                 if buf.len() < len + 2 {
-                    buf.reserve(len + 2 - buf.len());
+                    // In steps: the buffer grows with the bytes that arrive, not with the
+                    // length the client announced (docs/security.md, resource caps).
+                    buf.reserve((len + 2 - buf.len()).min(1 << 20));
                     return Ok(None);
                 }
                 if &buf[len..len + 2] != b"\r\n" {
@@ -116,10 +127,12 @@ impl RequestParser {
                 }
                 let arg = buf.split_to(len).freeze();
                 buf.advance(2);
+                self.held += arg.len();
                 self.args.push(arg);
                 self.bulk_len = None;
                 self.remaining -= 1;
             }
+            self.held = 0;
             return Ok(Some(std::mem::take(&mut self.args)));
         }
     }

@@ -77,6 +77,8 @@ impl Cluster {
                     cluster_secret_file: None,
                     admin: Default::default(),
                     max_connections: NodeConfig::DEFAULT_MAX_CONNECTIONS,
+                    max_pending_bytes: NodeConfig::DEFAULT_MAX_PENDING_BYTES,
+                    tls: None,
                 };
                 tweak(&mut c);
                 c.validate().unwrap();
@@ -152,14 +154,26 @@ impl Cluster {
     }
 
     pub async fn client(&self) -> Client {
-        let opts =
-            ClientOptions { request_timeout: Duration::from_secs(2), max_retry_time: PATIENCE, ..Default::default() };
-        Client::with_options(&self.endpoints(), opts).await.expect("client connects")
+        Client::with_options(&self.endpoints(), self.client_options()).await.expect("client connects")
+    }
+
+    /// Client options that match the configs: their CA when the native port has TLS, their
+    /// password.
+    pub fn client_options(&self) -> ClientOptions {
+        let c = &self.configs[0];
+        let tls = c.tls.as_ref().filter(|t| t.native).map(|t| synod_client::ClientTls::from_ca_file(&t.ca).unwrap());
+        ClientOptions {
+            request_timeout: Duration::from_secs(2),
+            max_retry_time: PATIENCE,
+            tls,
+            password: c.password.clone(),
+            ..Default::default()
+        }
     }
 
     /// Status of a running replica, or None if it does not answer.
     pub async fn status(&self, id: NodeId) -> Option<Status> {
-        synod_client::status_of(&self.endpoint(id), Duration::from_secs(2)).await.ok()
+        synod_client::status_with(&self.endpoint(id), Duration::from_secs(2), &self.client_options()).await.ok()
     }
 
     /// Poll until a running replica not in `not` reports itself leader and every running
