@@ -23,8 +23,9 @@ pub struct CheckArgs {
     /// Cluster size (3 or 5).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
     pub replicas: u64,
-    /// Faults to inject: comma list of partition, crash, crash-wipe, loss, dup, reorder,
-    /// skew, clock-jump; or "all" (everything but crash-wipe and clock-jump) or "none".
+    /// Faults to inject: comma list of partition, crash, crash-all, crash-wipe, loss, dup,
+    /// reorder, skew, clock-jump, storage, fsync-error; or "all" (everything but crash-wipe
+    /// and clock-jump) or "none" (docs/faults.md, "Simulator faults").
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Operations per simulated client.
@@ -58,6 +59,10 @@ pub struct CheckSummary {
     pub crashes: u64,
     /// Whole-cluster crashes (every replica down at once).
     pub cluster_crashes: u64,
+    /// Volatile storage: unsynced records lost in crashes, torn records, failed fsyncs.
+    pub unsynced_lost: u64,
+    pub torn_records: u64,
+    pub fsync_errors: u64,
     pub partitions: u64,
     /// Reads answered from a leader's lease (no log position), checked like every other op.
     pub lease_reads: u64,
@@ -185,6 +190,9 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.indeterminate += report.stats.ops_indeterminate;
         summary.crashes += report.stats.crashes;
         summary.cluster_crashes += report.stats.cluster_crashes;
+        summary.unsynced_lost += report.stats.unsynced_lost;
+        summary.torn_records += report.stats.torn_records;
+        summary.fsync_errors += report.stats.fsync_errors;
         summary.partitions += report.stats.partitions;
         summary.lease_reads += report.stats.lease_reads;
         summary.messages += report.stats.messages_sent;
@@ -243,6 +251,12 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.virtual_seconds,
         summary.seconds
     );
+    if faults.volatile_storage() {
+        println!(
+            "  storage: {} unsynced records lost in crashes, {} torn records, {} fsync errors",
+            summary.unsynced_lost, summary.torn_records, summary.fsync_errors
+        );
+    }
     if summary.lease_reads > 0 {
         println!("  lease reads (answered by a leader without a log position): {}", summary.lease_reads);
     }

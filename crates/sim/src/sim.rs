@@ -57,10 +57,35 @@ pub struct FaultSet {
     /// (within ±`DRIFT_MAX_PPM`) at random moments of the fault phase. Off in `all`: only
     /// for protocols whose correctness claims not to depend on clocks (Nezha).
     pub clock_jump: bool,
+    /// Storage with a volatile and a durable part, as a disk with `fsync = always`: a
+    /// `Persist` is written at once but durable only when its fsync completes (the
+    /// storage-done event, after a random delay; fsyncs complete in order), and everything
+    /// the replica sends or answers after it is held back until then (the driver contract).
+    /// A crash keeps the durable part and a random prefix of the unsynced records, in record
+    /// order (the write-back of the page cache got that far); the record after the prefix
+    /// may be torn, which WAL recovery truncates, so it is lost too.
+    pub storage: bool,
+    /// Now and then an fsync returns an error. The runtime's node loop then stops (a failed
+    /// commit ends the replica; nothing held back is released, see `crates/runtime/src/node.rs`
+    /// `finish_turn`, and the WAL is poisoned): the simulator crashes the replica at that
+    /// moment, keeping a random prefix of the unsynced records (after a failed `fdatasync`
+    /// the kernel may have written some pages or none), and restarts it later.
+    pub fsync_error: bool,
 }
 
-const FAULT_NAMES: &[&str] =
-    &["partition", "crash", "crash-all", "crash-wipe", "loss", "dup", "reorder", "skew", "clock-jump"];
+const FAULT_NAMES: &[&str] = &[
+    "partition",
+    "crash",
+    "crash-all",
+    "crash-wipe",
+    "loss",
+    "dup",
+    "reorder",
+    "skew",
+    "clock-jump",
+    "storage",
+    "fsync-error",
+];
 
 impl FaultSet {
     /// Every fault except `crash-wipe`.
@@ -75,6 +100,8 @@ impl FaultSet {
             reorder: true,
             skew: true,
             clock_jump: false,
+            storage: true,
+            fsync_error: true,
         }
     }
 
@@ -103,10 +130,17 @@ impl FaultSet {
                 "reorder" => f.reorder = true,
                 "skew" => f.skew = true,
                 "clock-jump" => f.clock_jump = true,
+                "storage" => f.storage = true,
+                "fsync-error" => f.fsync_error = true,
                 other => return Err(format!("unknown fault {other:?}; known: all, none, {}", FAULT_NAMES.join(", "))),
             }
         }
         Ok(f)
+    }
+
+    /// Whether `Persist` goes through the volatile/durable storage model.
+    pub fn volatile_storage(&self) -> bool {
+        self.storage || self.fsync_error
     }
 
     /// The canonical comma list (for replay commands).
@@ -121,6 +155,8 @@ impl FaultSet {
             self.reorder,
             self.skew,
             self.clock_jump,
+            self.storage,
+            self.fsync_error,
         ];
         let names: Vec<&str> = FAULT_NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect();
         if names.is_empty() {
@@ -272,6 +308,11 @@ pub struct RunStats {
     pub crashes: u64,
     /// Times every replica crashed at once (fault `crash-all`).
     pub cluster_crashes: u64,
+    /// Volatile storage: records written but not yet fsynced that crashes lost, crashes
+    /// that left a torn record (truncated by recovery), fsyncs that failed.
+    pub unsynced_lost: u64,
+    pub torn_records: u64,
+    pub fsync_errors: u64,
     pub partitions: u64,
     /// Scripted membership changes that completed.
     pub membership_changes: u64,
@@ -380,6 +421,14 @@ enum Ev {
         incarnation: u64,
         token: u64,
     },
+    /// The fsync of persist number `seq` (volatile storage) completes: it and every earlier
+    /// persist are durable, or the fsync fails.
+    Synced {
+        node: usize,
+        incarnation: u64,
+        seq: u64,
+        token: u64,
+    },
     Snapshot {
         node: usize,
         incarnation: u64,
@@ -426,6 +475,12 @@ enum Ev {
         seq: u64,
     },
     FaultTick,
+    /// Fault `storage`: a crash aimed inside the fsync window of a persist of `node` (it
+    /// alone, or with `crash-all` sometimes the whole cluster: a power loss).
+    StorageCrash {
+        node: usize,
+        incarnation: u64,
+    },
     Restart {
         node: usize,
         incarnation: u64,
@@ -524,6 +579,15 @@ struct Compaction {
     tail: Vec<Bytes>,
 }
 
+/// Something a replica sends or answers (held back behind an unsynced persist).
+enum Out {
+    Send { to: NodeId, msg: Bytes },
+    Broadcast { msg: Bytes },
+    Reply { client: ClientRef, reply: Reply },
+    /// The result of an `Apply`, `Read` or `Speculate` for a client of this replica.
+    ClientReply { conn: u64, reply: Reply },
+}
+
 /// Every replica's clock starts here, so negative skews stay representable.
 const CLOCK_BASE: i64 = 1_000_000_000_000;
 
@@ -534,6 +598,17 @@ struct Replica {
     sm: StateMachine,
     /// What the replica persisted (survives crashes unless wiped).
     durable: Vec<Bytes>,
+    /// Volatile storage (faults `storage`, `fsync-error`): records written but not yet
+    /// fsynced, with the number of the persist they belong to.
+    volatile: std::collections::VecDeque<(u64, Bytes)>,
+    /// Persists issued and persists known durable (volatile storage).
+    persists: u64,
+    synced: u64,
+    /// When the last fsync in flight completes (fsyncs complete in order).
+    sync_busy_until: u64,
+    /// Outputs pushed after a persist that is not durable yet, with the persist number they
+    /// wait for (the driver contract: "persist, then send").
+    held: std::collections::VecDeque<(u64, Out)>,
     /// A `CompactDurable` being "written": until it completes, `durable` is the content and
     /// persists go to both; a crash forgets it.
     compacting: Option<Compaction>,
@@ -684,6 +759,11 @@ struct Sim<'a> {
     /// Divides the gaps between faults and the downtime of crashed replicas: a third of the
     /// seeds run a "fault storm" where leaders die moments after being elected.
     fault_intensity: u64,
+    /// Probability that an fsync fails (fault `fsync-error`), drawn per seed.
+    fsync_error_rate: f64,
+    /// Probability that a persist is followed by a crash inside its fsync window (fault
+    /// `storage`), drawn per seed.
+    storage_crash_rate: f64,
     healed: bool,
     deadline: u64,
     client_timeout: u64,
@@ -773,6 +853,11 @@ impl<'a> Sim<'a> {
                     proto: None,
                     sm: StateMachine::for_order(cfg.protocol.order),
                     durable: Vec::new(),
+                    volatile: Default::default(),
+                    persists: 0,
+                    synced: 0,
+                    sync_busy_until: 0,
+                    held: Default::default(),
                     compacting: None,
                     next_compaction: 0,
                     timers: BTreeMap::new(),
@@ -813,6 +898,8 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let fault_intensity = if setup_rng.gen_bool(1.0 / 3.0) { 5 } else { 1 };
+        let fsync_error_rate = if f.fsync_error { setup_rng.gen_range(0.0002..0.002) } else { 0.0 };
+        let storage_crash_rate = if f.storage { setup_rng.gen_range(0.001..0.006) } else { 0.0 };
         let params = if cfg.fuzz_params { fuzz(&cfg.params, &mut setup_rng) } else { cfg.params.clone() };
         let client_timeout = params.election_timeout_max_ms.max(100) * MS;
         let client_cfg = ClientConfig {
@@ -839,6 +926,8 @@ impl<'a> Sim<'a> {
             net,
             fault_rng: derive_rng(cfg.seed, STREAM_FAULTS, 0),
             fault_intensity,
+            fsync_error_rate,
+            storage_crash_rate,
             healed: false,
             deadline: u64::MAX,
             client_timeout,
@@ -998,6 +1087,11 @@ impl<'a> Sim<'a> {
                     self.on_replica_event(node, Event::Persisted { token });
                 }
             }
+            Ev::Synced { node, incarnation, seq, token } => {
+                if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_some() {
+                    self.synced(node, seq, token);
+                }
+            }
             Ev::Compacted { node, incarnation, id } => {
                 let r = &mut self.replicas[node];
                 if r.incarnation != incarnation || r.compacting.as_ref().is_none_or(|c| c.id != id) {
@@ -1050,6 +1144,11 @@ impl<'a> Sim<'a> {
             }
             Ev::ClientGiveUp { client, seq } => self.client_give_up(client, seq),
             Ev::FaultTick => self.fault_tick(),
+            Ev::StorageCrash { node, incarnation } => {
+                if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_some() {
+                    self.storage_crash(node);
+                }
+            }
             Ev::Restart { node, incarnation, wipe } => {
                 if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_none() {
                     self.restart(node, wipe);
@@ -1115,13 +1214,23 @@ impl<'a> Sim<'a> {
         let who = format!("n{id}");
         for action in actions {
             match action {
-                Action::Send { to, msg } => self.send(node, to, msg),
-                Action::Broadcast { msg } => {
-                    let view = self.replicas[node].view.clone();
-                    for to in view.unwrap_or_else(|| self.members.clone()) {
-                        if to != id {
-                            self.send(node, to, msg.clone());
-                        }
+                Action::Send { to, msg } => self.emit(node, Out::Send { to, msg }),
+                Action::Broadcast { msg } => self.emit(node, Out::Broadcast { msg }),
+                Action::Persist { token, records } if self.cfg.faults.volatile_storage() => {
+                    // Written now, durable when its fsync completes (in order after the
+                    // fsyncs already in flight); outputs pushed from now on wait for it.
+                    self.log(&who, || format!("persist {token} ({} records, unsynced)", records.len()));
+                    let r = &mut self.replicas[node];
+                    r.persists += 1;
+                    let seq = r.persists;
+                    r.volatile.extend(records.into_iter().map(|b| (seq, b)));
+                    let at = (self.now + uniform(&mut self.net.rng, 100 * US, 3 * MS)).max(r.sync_busy_until + 1);
+                    r.sync_busy_until = at;
+                    let incarnation = r.incarnation;
+                    self.schedule(at, Ev::Synced { node, incarnation, seq, token });
+                    if self.cfg.faults.storage && !self.healed && self.fault_rng.gen_bool(self.storage_crash_rate) {
+                        let crash_at = uniform(&mut self.fault_rng, self.now, at);
+                        self.schedule(crash_at, Ev::StorageCrash { node, incarnation });
                     }
                 }
                 Action::Persist { token, records } => {
@@ -1134,10 +1243,17 @@ impl<'a> Sim<'a> {
                     self.storage_done(node, token);
                 }
                 Action::RewriteDurable { token, records } => {
+                    // Atomic and durable when it returns (the WAL fsyncs the new base before
+                    // renaming it into place), in every fsync mode; it supersedes every
+                    // record persisted before it, synced or not.
                     self.log(&who, || format!("rewrite durable {token} ({} records)", records.len()));
                     let r = &mut self.replicas[node];
                     r.compacting = None;
                     r.durable = records;
+                    r.volatile.clear();
+                    r.persists += 1;
+                    r.synced = r.persists;
+                    self.release_held(node);
                     self.storage_done(node, token);
                 }
                 Action::CompactDurable { token, records } => {
@@ -1153,14 +1269,7 @@ impl<'a> Sim<'a> {
                     let at = self.now + uniform(&mut self.net.rng, MS, 20 * MS);
                     self.schedule(at, Ev::Compacted { node, incarnation, id });
                 }
-                Action::Reply { client, reply } => {
-                    self.log(&who, || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
-                    if client.node == id && client.conn == CHANGE_CONN {
-                        self.change_answered(reply);
-                    } else if client.node == id {
-                        self.reply_to_client(node, client.conn, reply);
-                    }
-                }
+                Action::Reply { client, reply } => self.emit(node, Out::Reply { client, reply }),
                 Action::Apply { pos, cmd, reply } => self.apply(node, pos, cmd, reply),
                 Action::Read { client, cmd } => {
                     // A lease read: no position, so no agreement fact; the client's history
@@ -1171,7 +1280,7 @@ impl<'a> Sim<'a> {
                     let result = r.settled().read(&cmd.op);
                     if client.node == id {
                         let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
-                        self.reply_to_client(node, client.conn, reply);
+                        self.emit(node, Out::ClientReply { conn: client.conn, reply });
                     }
                 }
                 Action::Speculate { pos, cmd, reply } => {
@@ -1183,7 +1292,7 @@ impl<'a> Sim<'a> {
                         if client.node == id {
                             let body = ReplyBody::Speculative { view, digest, result: Some(result) };
                             let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body };
-                            self.reply_to_client(node, client.conn, reply);
+                            self.emit(node, Out::ClientReply { conn: client.conn, reply });
                         }
                     }
                 }
@@ -1230,6 +1339,87 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+    }
+
+    /// Send or answer now, or hold it back behind a persist that is not durable yet.
+    fn emit(&mut self, node: usize, out: Out) {
+        let r = &mut self.replicas[node];
+        if r.synced < r.persists {
+            let barrier = r.persists;
+            r.held.push_back((barrier, out));
+        } else {
+            self.release_out(node, out);
+        }
+    }
+
+    fn release_out(&mut self, node: usize, out: Out) {
+        let id = self.replicas[node].id;
+        match out {
+            Out::Send { to, msg } => self.send(node, to, msg),
+            Out::Broadcast { msg } => {
+                let view = self.replicas[node].view.clone();
+                for to in view.unwrap_or_else(|| self.members.clone()) {
+                    if to != id {
+                        self.send(node, to, msg.clone());
+                    }
+                }
+            }
+            Out::Reply { client, reply } => {
+                self.log(&format!("n{id}"), || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
+                if client.node == id && client.conn == CHANGE_CONN {
+                    self.change_answered(reply);
+                } else if client.node == id {
+                    self.reply_to_client(node, client.conn, reply);
+                }
+            }
+            Out::ClientReply { conn, reply } => self.reply_to_client(node, conn, reply),
+        }
+    }
+
+    /// Let out what waited for persists that are durable now, in order.
+    fn release_held(&mut self, node: usize) {
+        loop {
+            let r = &mut self.replicas[node];
+            match r.held.front() {
+                Some(&(barrier, _)) if barrier <= r.synced => {
+                    let (_, out) = r.held.pop_front().expect("front exists");
+                    self.release_out(node, out);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// The fsync of persist `seq` completed (or failed, with the `fsync-error` fault).
+    fn synced(&mut self, node: usize, seq: u64, token: u64) {
+        let id = self.replicas[node].id;
+        if self.cfg.faults.fsync_error && !self.healed && self.replicas[node].synced < seq {
+            let rate = self.fsync_error_rate;
+            if self.fault_rng.gen_bool(rate) {
+                self.stats.fsync_errors += 1;
+                self.log(&format!("n{id}"), || format!("FSYNC ERROR on persist {token}: the replica stops"));
+                self.crash(node);
+                let k = self.fault_intensity;
+                let at = self.now + uniform(&mut self.fault_rng, 50 * MS / k, 1000 * MS / k);
+                let incarnation = self.replicas[node].incarnation;
+                self.schedule(at, Ev::Restart { node, incarnation, wipe: false });
+                return;
+            }
+        }
+        let r = &mut self.replicas[node];
+        if seq > r.synced {
+            r.synced = seq;
+            while r.volatile.front().is_some_and(|(s, _)| *s <= seq) {
+                let (_, rec) = r.volatile.pop_front().expect("front exists");
+                if let Some(c) = r.compacting.as_mut() {
+                    c.tail.push(rec.clone());
+                }
+                r.durable.push(rec);
+            }
+        }
+        self.log(&format!("n{id}"), || format!("persisted {token} (fsync)"));
+        self.release_held(node);
+        self.on_replica_event(node, Event::Persisted { token });
     }
 
     fn storage_done(&mut self, node: usize, token: u64) {
@@ -1289,7 +1479,7 @@ impl<'a> Sim<'a> {
         if let Some(c) = reply {
             if c.node == id {
                 let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
-                self.reply_to_client(node, c.conn, reply);
+                self.emit(node, Out::ClientReply { conn: c.conn, reply });
             }
         }
     }
@@ -1376,6 +1566,33 @@ impl<'a> Sim<'a> {
         self.schedule(at, Ev::FaultTick);
     }
 
+    /// A crash while `node` has unsynced records: the whole cluster (with `crash-all`, half
+    /// of the time, when every replica is up) or this replica alone (if a minority
+    /// stays up).
+    fn storage_crash(&mut self, node: usize) {
+        if self.healed || self.replicas[node].volatile.is_empty() {
+            return;
+        }
+        let n = self.replicas.len();
+        let k = self.fault_intensity;
+        let whole = self.cfg.faults.crash_all && self.crashed() == 0 && self.fault_rng.gen_bool(0.5);
+        let victims: Vec<usize> = if whole {
+            self.stats.cluster_crashes += 1;
+            self.log("sim", || "WHOLE-CLUSTER CRASH (power loss during an fsync)".into());
+            (0..n).collect()
+        } else if self.crashed() < (n - 1) / 2 {
+            vec![node]
+        } else {
+            return;
+        };
+        for v in victims {
+            self.crash(v);
+            let at = self.now + uniform(&mut self.fault_rng, 50 * MS / k, 2000 * MS / k);
+            let incarnation = self.replicas[v].incarnation;
+            self.schedule(at, Ev::Restart { node: v, incarnation, wipe: false });
+        }
+    }
+
     fn new_partition(&mut self, n: usize) {
         self.net.cut.clear();
         self.net.client_cut.clear();
@@ -1428,7 +1645,32 @@ impl<'a> Sim<'a> {
 
     fn crash(&mut self, node: usize) {
         self.stats.crashes += 1;
+        // Volatile storage: the page cache reached the disk up to a random record; the one
+        // after it may be torn (WAL recovery truncates it), the rest is gone.
+        let unsynced = self.replicas[node].volatile.len();
+        if unsynced > 0 {
+            let kept = self.fault_rng.gen_range(0..=unsynced);
+            let torn = kept < unsynced && self.fault_rng.gen_bool(0.5);
+            let r = &mut self.replicas[node];
+            let survivors: Vec<Bytes> = r.volatile.drain(..).take(kept).map(|(_, b)| b).collect();
+            r.durable.extend(survivors);
+            self.stats.unsynced_lost += (unsynced - kept) as u64;
+            self.stats.torn_records += u64::from(torn);
+            let id = r.id;
+            self.log(&format!("n{id}"), || {
+                format!(
+                    "crash loses {} of {unsynced} unsynced records{}",
+                    unsynced - kept,
+                    if torn { " (the first of them torn)" } else { "" }
+                )
+            });
+        }
         let r = &mut self.replicas[node];
+        r.volatile.clear();
+        r.held.clear();
+        r.persists = 0;
+        r.synced = 0;
+        r.sync_busy_until = 0;
         r.proto = None;
         r.timers.clear();
         r.compacting = None;
