@@ -23,7 +23,7 @@ use crate::history::{History, KvOp, KvOutput, Operation};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A linearizability violation: the key whose sub-history has no linearization, and a small
-/// non-linearizable slice of it (every operation of the slice is needed for the violation).
+/// non-linearizable slice of it that keeps the writes its reads observed (see `minimize`).
 #[derive(Clone, Debug)]
 pub struct LinViolation {
     pub key: String,
@@ -246,18 +246,25 @@ fn search(ops: &[Compiled]) -> bool {
     true
 }
 
-/// Shrink a non-linearizable per-key history to a 1-minimal non-linearizable slice
-/// (delta debugging: drop chunks of decreasing size while the rest stays non-linearizable).
+/// Shrink a non-linearizable per-key history to a small non-linearizable slice (delta
+/// debugging: drop chunks of decreasing size while the rest stays non-linearizable).
+///
+/// A removal is kept only if the rest still fails *for the same reason*: every remaining
+/// operation that observed a value keeps a write of that value (if the history had one),
+/// and a remaining read of "absent" that follows a write keeps a delete (if the history had
+/// one). Without this the shrinking could drop the put a read depends on and report "read a
+/// value nobody wrote", a violation the full history does not have.
 fn minimize(ops: &[&Operation]) -> Vec<Operation> {
     let mut keep: Vec<&Operation> = ops.to_vec();
     keep.sort_by_key(|o| (o.call, o.ret));
+    let provenance = Provenance::of(ops);
     let mut chunk = keep.len() / 2;
     while chunk >= 1 {
         let mut start = 0;
         while start < keep.len() {
             let end = (start + chunk).min(keep.len());
             let candidate: Vec<&Operation> = keep[..start].iter().chain(&keep[end..]).copied().collect();
-            if !candidate.is_empty() && !check_ops(&candidate) {
+            if !candidate.is_empty() && provenance.holds(&candidate) && !check_ops(&candidate) {
                 keep = candidate;
             } else {
                 start = end;
@@ -266,6 +273,76 @@ fn minimize(ops: &[&Operation]) -> Vec<Operation> {
         chunk /= 2;
     }
     keep.into_iter().cloned().collect()
+}
+
+/// What the operations of one key observed and who could have caused it.
+struct Provenance {
+    /// Values some operation of the full history writes.
+    written: HashSet<String>,
+    /// Whether the full history has an operation that can remove the key.
+    has_remover: bool,
+}
+
+/// The value an operation observed (Some(None) = observed the key absent), if any.
+fn observed(o: &Operation) -> Option<Option<&String>> {
+    match (&o.op, &o.output) {
+        (KvOp::Get { .. }, Some(KvOutput::Value(v))) => Some(v.as_ref()),
+        (KvOp::Cas { .. }, Some(KvOutput::Cas { current, .. })) => Some(current.as_ref()),
+        (KvOp::Delete { .. }, Some(KvOutput::Deleted(false))) => Some(None),
+        _ => None,
+    }
+}
+
+/// The value an operation may write (Some(None) = it may remove the key).
+fn writes(o: &Operation) -> Option<Option<&String>> {
+    if o.is_rejected() {
+        return None;
+    }
+    match &o.op {
+        KvOp::Put { value, .. } => Some(Some(value)),
+        KvOp::Cas { new, .. } => Some(new.as_ref()),
+        KvOp::Delete { .. } => Some(None),
+        KvOp::Get { .. } => None,
+    }
+}
+
+impl Provenance {
+    fn of(ops: &[&Operation]) -> Provenance {
+        let mut written = HashSet::new();
+        let mut has_remover = false;
+        for o in ops {
+            match writes(o) {
+                Some(Some(v)) => {
+                    written.insert(v.clone());
+                }
+                Some(None) => has_remover = true,
+                None => {}
+            }
+        }
+        Provenance { written, has_remover }
+    }
+
+    fn holds(&self, ops: &[&Operation]) -> bool {
+        let mut written: HashSet<&String> = HashSet::new();
+        let mut remover = false;
+        let mut first_write = u64::MAX;
+        for o in ops {
+            match writes(o) {
+                Some(Some(v)) => {
+                    written.insert(v);
+                    first_write = first_write.min(o.call);
+                }
+                Some(None) => remover = true,
+                None => {}
+            }
+        }
+        ops.iter().all(|o| match observed(o) {
+            Some(Some(v)) => written.contains(v) || !self.written.contains(v),
+            // Absent after a write needs something that removes the key.
+            Some(None) => remover || !self.has_remover || o.ret.is_none_or(|r| r < first_write),
+            None => true,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -384,6 +461,43 @@ mod tests {
         let err = check(&h).unwrap_err();
         assert_eq!(err.key, "k");
         assert_eq!(err.slice.len(), 1, "a read of a never-written value is a violation alone");
+    }
+
+    #[test]
+    fn minimizing_keeps_the_writes_a_remaining_read_depends_on() {
+        // A stale read: b was written (and acknowledged) before the last read, which still
+        // sees a. Dropping put(a) would leave "read a value nobody wrote" as the reason.
+        let h = hist(vec![
+            put(1, "a", 0, 10),
+            get(2, Some("a"), 20, 30),
+            put(1, "b", 40, 50),
+            get(2, Some("a"), 60, 70),
+        ]);
+        let v = check(&h).unwrap_err();
+        let shown: Vec<String> = v.slice.iter().map(|o| o.to_string()).collect();
+        assert!(
+            v.slice.iter().any(|o| o.op == KvOp::Put { key: "k".into(), value: "a".into() }),
+            "the write of a must stay: {shown:?}"
+        );
+        assert!(v.slice.iter().any(|o| o.op == KvOp::Put { key: "k".into(), value: "b".into() }), "{shown:?}");
+        assert_eq!(v.slice.len(), 3, "{shown:?}");
+        // The slice is itself a violation, and every write it reads from is in it.
+        let refs: Vec<&Operation> = v.slice.iter().collect();
+        assert!(!check_ops(&refs));
+        // A read of "absent" after a write keeps the delete that explains absence.
+        let del = op(3, KvOp::Delete { key: "k".into() }, 12, Some(15), Some(KvOutput::Deleted(true)));
+        let h = hist(vec![
+            put(1, "a", 0, 10),
+            del,
+            get(2, None, 20, 30),
+            put(1, "b", 40, 50),
+            get(2, None, 60, 70),
+        ]);
+        let v = check(&h).unwrap_err();
+        assert!(v.slice.iter().any(|o| matches!(o.op, KvOp::Delete { .. })), "{:?}", v.slice);
+        // A read of a value nobody ever wrote is still a violation of one operation.
+        let h = hist(vec![put(1, "a", 0, 10), get(2, Some("zz"), 20, 30)]);
+        assert_eq!(check(&h).unwrap_err().slice.len(), 1);
     }
 
     #[test]
