@@ -31,6 +31,18 @@ pub struct CheckArgs {
     /// Operations per simulated client.
     #[arg(long, default_value_t = 30)]
     pub ops: usize,
+    /// Workload: "classic" (get/put/delete/cas on --keys keys) or "rich" (lists, INCR,
+    /// APPEND, multi-key operations, scans, MULTI/EXEC with WATCH on groups of 4 keys;
+    /// checked against the state machine's semantics). For histories of 10^4 operations:
+    /// `--workload rich --clients 20 --ops 500 --keys 64`.
+    #[arg(long, default_value = "classic", value_parser = ["classic", "rich"])]
+    pub workload: String,
+    /// Number of keys (classic default 3; rich: 4 per group, default 32).
+    #[arg(long)]
+    pub keys: Option<usize>,
+    /// Simulated clients (default: 3 to 5, chosen by the seed).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub clients: Option<u64>,
     /// The first N simulated clients issue only Gets (a client that keeps reading from a
     /// deposed leader is what exposes stale lease reads; the others stall on their writes).
     #[arg(long, default_value_t = 0)]
@@ -151,6 +163,13 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         faults,
         ops_per_client: args.ops,
         readers: args.readers,
+        rich: args.workload == "rich",
+        keys: args.keys.unwrap_or(if args.workload == "rich" { 32 } else { 3 }).max(1),
+        clients: args.clients.map(|c| c as usize),
+        // Long histories need longer after the heal: with fsync windows and a pipeline
+        // window of 1 (a fuzzed knob) a leader commits a few hundred slots per second.
+        liveness_timeout: std::time::Duration::from_secs(30)
+            .max(std::time::Duration::from_millis(10 * args.ops as u64 * args.clients.unwrap_or(5))),
         trace,
         params: params.clone(),
         ..SimConfig::new(protocol, seed)
@@ -227,6 +246,15 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
             }
             if args.readers > 0 {
                 replay.push_str(&format!(" --readers {}", args.readers));
+            }
+            if args.workload != "classic" {
+                replay.push_str(&format!(" --workload {}", args.workload));
+            }
+            if let Some(k) = args.keys {
+                replay.push_str(&format!(" --keys {k}"));
+            }
+            if let Some(c) = args.clients {
+                replay.push_str(&format!(" --clients {c}"));
             }
             println!("{replay}");
             break;

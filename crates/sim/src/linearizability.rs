@@ -20,7 +20,10 @@
 //! intervals touch are concurrent.
 
 use crate::history::{History, KvOp, KvOutput, Operation};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use synod_core::kv::{Footprint, KvStore};
+use synod_core::{Op, OpResult};
 
 /// A linearizability violation: the key whose sub-history has no linearization, and a small
 /// non-linearizable slice of it that keeps the writes its reads observed (see `minimize`).
@@ -51,18 +54,181 @@ impl std::fmt::Display for LinViolation {
 
 /// Check a whole history. Keys are checked in sorted order so the reported violation is
 /// deterministic.
+///
+/// A history with `Rich` operations (multi-key operations, scans, transactions) is split
+/// into groups of keys that no operation connects (union-find over each operation's keys; a
+/// scan's keys are those of the history in its range, a whole-keyspace operation joins
+/// everything); each group is checked on its own against the state machine's sequential
+/// semantics. Single-key groups of classic operations keep the fast model.
 pub fn check(history: &History) -> Result<(), LinViolation> {
-    let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
-    for op in &history.ops {
-        by_key.entry(op.op.key()).or_default().push(op);
+    if !history.ops.iter().any(|o| matches!(o.op, KvOp::Rich { .. })) {
+        let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+        for op in &history.ops {
+            by_key.entry(op.op.key()).or_default().push(op);
+        }
+        for (key, ops) in by_key {
+            if !check_ops(&ops) {
+                let slice = minimize(&ops, check_ops);
+                return Err(LinViolation { key: key.to_string(), key_ops: ops.len(), slice });
+            }
+        }
+        return Ok(());
     }
-    for (key, ops) in by_key {
-        if !check_ops(&ops) {
-            let slice = minimize(&ops);
-            return Err(LinViolation { key: key.to_string(), key_ops: ops.len(), slice });
+    for (keys, ops) in groups(history) {
+        if !check_rich(&ops) {
+            let slice = minimize(&ops, check_rich);
+            return Err(LinViolation { key: keys.join(","), key_ops: ops.len(), slice });
         }
     }
     Ok(())
+}
+
+/// The keys an operation touches, as text (scans: the history's keys in the range).
+fn op_keys(o: &Operation, all: &BTreeSet<String>) -> Vec<String> {
+    let text = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+    match &o.op {
+        KvOp::Rich { op, .. } => match op.footprint() {
+            Footprint::None => Vec::new(),
+            Footprint::Keys(ks) => ks.into_iter().map(text).collect(),
+            Footprint::Range { start, end } => all
+                .iter()
+                .filter(|k| k.as_bytes() >= start && (end.is_empty() || k.as_bytes() < end))
+                .cloned()
+                .collect(),
+            Footprint::All => all.iter().cloned().collect(),
+        },
+        other => vec![other.key().to_string()],
+    }
+}
+
+/// Independent groups of keys and their operations, in key order.
+fn groups(history: &History) -> Vec<(Vec<String>, Vec<&Operation>)> {
+    let mut all: BTreeSet<String> = BTreeSet::new();
+    for o in &history.ops {
+        let text = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+        match &o.op {
+            KvOp::Rich { op, .. } => {
+                if let Footprint::Keys(ks) = op.footprint() {
+                    all.extend(ks.into_iter().map(text));
+                }
+            }
+            other => {
+                all.insert(other.key().to_string());
+            }
+        }
+    }
+    let index: HashMap<&str, usize> = all.iter().enumerate().map(|(i, k)| (k.as_str(), i)).collect();
+    let mut parent: Vec<usize> = (0..all.len()).collect();
+    fn find(p: &mut [usize], mut x: usize) -> usize {
+        while p[x] != x {
+            p[x] = p[p[x]];
+            x = p[x];
+        }
+        x
+    }
+    let keys_of: Vec<Vec<usize>> =
+        history.ops.iter().map(|o| op_keys(o, &all).iter().filter_map(|k| index.get(k.as_str()).copied()).collect()).collect();
+    for ks in &keys_of {
+        for w in ks.windows(2) {
+            let (a, b) = (find(&mut parent, w[0]), find(&mut parent, w[1]));
+            parent[a] = b;
+        }
+    }
+    let mut by_root: BTreeMap<usize, (Vec<String>, Vec<&Operation>)> = BTreeMap::new();
+    for (i, k) in all.iter().enumerate() {
+        let r = find(&mut parent, i);
+        by_root.entry(r).or_default().0.push(k.clone());
+    }
+    let mut keyless = Vec::new();
+    for (o, ks) in history.ops.iter().zip(&keys_of) {
+        match ks.first() {
+            Some(&k) => {
+                let r = find(&mut parent, k);
+                by_root.entry(r).or_default().1.push(o);
+            }
+            None => keyless.push(o),
+        }
+    }
+    let mut out: Vec<(Vec<String>, Vec<&Operation>)> = by_root.into_values().collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    if !keyless.is_empty() {
+        out.push((Vec::new(), keyless));
+    }
+    out
+}
+
+/// A classic operation as the state machine's operation and result.
+fn as_rich(o: &Operation) -> (Op, Option<u64>, Option<OpResult>) {
+    let b = |s: &String| Bytes::copy_from_slice(s.as_bytes());
+    let ob = |s: &Option<String>| s.as_ref().map(b);
+    let op = match &o.op {
+        KvOp::Get { key } => Op::Get { key: b(key) },
+        KvOp::Put { key, value } => Op::Put { key: b(key), value: b(value) },
+        KvOp::Delete { key } => Op::Delete { key: b(key) },
+        KvOp::Cas { key, expect, new } => Op::Cas { key: b(key), expect: ob(expect), new: ob(new) },
+        KvOp::Rich { op, stamp } => {
+            let out = match &o.output {
+                Some(KvOutput::Result(r)) => Some(r.clone()),
+                _ => None,
+            };
+            return (op.clone(), *stamp, out);
+        }
+    };
+    let out = match &o.output {
+        Some(KvOutput::Value(v)) => Some(OpResult::Value(ob(v))),
+        Some(KvOutput::Done) => Some(OpResult::Done),
+        Some(KvOutput::Deleted(d)) => Some(OpResult::Deleted(*d)),
+        Some(KvOutput::Cas { ok, current }) => Some(OpResult::Cas { ok: *ok, current: ob(current) }),
+        _ => None,
+    };
+    (op, None, out)
+}
+
+/// Whether operations of one group of keys are linearizable, with the state machine
+/// (`KvStore`, which WATCH versions included) as the sequential model.
+pub fn check_rich(ops: &[&Operation]) -> bool {
+    struct R {
+        op: Op,
+        stamp: u64,
+        /// None = indeterminate: any result.
+        out: Option<OpResult>,
+    }
+    let kept: Vec<&&Operation> = ops.iter().filter(|o| !o.is_rejected()).collect();
+    let mut keys: BTreeSet<Bytes> = BTreeSet::new();
+    let rs: Vec<R> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let (op, stamp, out) = as_rich(o);
+            if let Footprint::Keys(ks) = op.footprint() {
+                keys.extend(ks.into_iter().map(Bytes::copy_from_slice));
+            }
+            // A command no replica applied has no known stamp: one nothing else matches.
+            let stamp = stamp.unwrap_or(u64::MAX - i as u64);
+            R { op, stamp, out: if o.ret.is_some() { out } else { None } }
+        })
+        .collect();
+    let times: Vec<(u64, u64)> = kept.iter().map(|o| (o.call, o.ret.unwrap_or(u64::MAX))).collect();
+    let versions = Op::Versions { keys: keys.into_iter().collect() };
+    let id = |s: &KvStore| {
+        let mut h = s.digest();
+        if let OpResult::Versions(vs) = s.clone().apply(&versions, 0) {
+            for v in vs {
+                h = (h ^ v).wrapping_mul(0x100000001b3).rotate_left(17);
+            }
+        }
+        h
+    };
+    let step = |s: &KvStore, i: usize| {
+        let r = &rs[i];
+        let mut next = s.clone();
+        let got = next.apply_stamped(&r.op, 0, false, r.stamp);
+        match &r.out {
+            Some(want) if *want != got => None,
+            _ => Some(next),
+        }
+    };
+    search_with(&times, KvStore::new(), step, id)
 }
 
 /// Whether operations on one key are linearizable.
@@ -95,6 +261,9 @@ impl Interner {
             KvOp::Put { value, .. } => Kind::Put(self.id(&Some(value.clone()))),
             KvOp::Delete { .. } => Kind::Delete,
             KvOp::Cas { expect, new, .. } => Kind::Cas { expect: self.id(expect), new: self.id(new) },
+            // `check` sends histories with rich operations to `check_rich`; here one would
+            // only be a read that may return anything.
+            KvOp::Rich { .. } => Kind::Get,
         };
         let out = match &o.output {
             None => Out::Unknown,
@@ -103,7 +272,7 @@ impl Interner {
             Some(KvOutput::Deleted(b)) => Out::Deleted(*b),
             Some(KvOutput::Cas { ok, current }) => Out::Cas { ok: *ok, current: self.id(current) },
             // Left out by `check_ops`; as a fallback it may take effect or not.
-            Some(KvOutput::Rejected) => Out::Unknown,
+            Some(KvOutput::Rejected) | Some(KvOutput::Result(_)) => Out::Unknown,
         };
         let (ret, out) = match o.ret {
             Some(r) => (r, out),
@@ -161,17 +330,31 @@ fn step(s: u32, op: &Compiled) -> Option<u32> {
 
 const NIL: usize = usize::MAX;
 
-/// Lowe's just-in-time linearization search over a doubly linked list of entries.
+/// Lowe's just-in-time linearization search with the single-key KV model.
 fn search(ops: &[Compiled]) -> bool {
-    let n = ops.len();
+    let times: Vec<(u64, u64)> = ops.iter().map(|o| (o.call, o.ret)).collect();
+    search_with(&times, 0u32, |s, i| step(*s, &ops[i]), |s| *s as u64)
+}
+
+/// Lowe's just-in-time linearization search over a doubly linked list of entries, for any
+/// sequential model: `times[i]` is operation i's (call, return), `step(s, i)` the state
+/// after operation i in state s if the model allows its recorded output there, `id(s)` a
+/// hash of a state for the cache of explored configurations.
+fn search_with<S: Clone>(
+    times: &[(u64, u64)],
+    init: S,
+    step: impl Fn(&S, usize) -> Option<S>,
+    id: impl Fn(&S) -> u64,
+) -> bool {
+    let n = times.len();
     if n == 0 {
         return true;
     }
     // Entries sorted by time, calls before returns at equal times (closed intervals).
     let mut entries: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
-    for (i, o) in ops.iter().enumerate() {
-        entries.push((o.call, false, i));
-        entries.push((o.ret, true, i));
+    for (i, &(call, ret)) in times.iter().enumerate() {
+        entries.push((call, false, i));
+        entries.push((ret, true, i));
     }
     entries.sort_unstable();
     // Node 0 is the head sentinel; entry k is node k + 1.
@@ -193,9 +376,9 @@ fn search(ops: &[Compiled]) -> bool {
 
     let words = n.div_ceil(64);
     let mut linearized = vec![0u64; words];
-    let mut cache: HashSet<(Vec<u64>, u32)> = HashSet::new();
-    let mut calls: Vec<(usize, u32)> = Vec::new();
-    let mut state = 0u32;
+    let mut cache: HashSet<(Vec<u64>, u64)> = HashSet::new();
+    let mut calls: Vec<(usize, S)> = Vec::new();
+    let mut state = init;
     let mut entry = next[0];
 
     let lift = |e: usize, next: &mut Vec<usize>, prev: &mut Vec<usize>, mt: usize| {
@@ -217,17 +400,17 @@ fn search(ops: &[Compiled]) -> bool {
 
     while next[0] != NIL {
         if is_call[entry] {
-            let id = op_of[entry];
-            match step(state, &ops[id]) {
+            let op = op_of[entry];
+            match step(&state, op) {
                 Some(new_state) => {
-                    linearized[id / 64] |= 1 << (id % 64);
-                    if cache.insert((linearized.clone(), new_state)) {
-                        calls.push((entry, state));
-                        state = new_state;
-                        lift(entry, &mut next, &mut prev, ret_node[id]);
+                    linearized[op / 64] |= 1 << (op % 64);
+                    if cache.insert((linearized.clone(), id(&new_state))) {
+                        let old = std::mem::replace(&mut state, new_state);
+                        calls.push((entry, old));
+                        lift(entry, &mut next, &mut prev, ret_node[op]);
                         entry = next[0];
                     } else {
-                        linearized[id / 64] &= !(1 << (id % 64));
+                        linearized[op / 64] &= !(1 << (op % 64));
                         entry = next[entry];
                     }
                 }
@@ -236,10 +419,10 @@ fn search(ops: &[Compiled]) -> bool {
         } else {
             // A return whose call is not linearized yet: undo the last choice.
             let Some((e, s)) = calls.pop() else { return false };
-            let id = op_of[e];
+            let op = op_of[e];
             state = s;
-            linearized[id / 64] &= !(1 << (id % 64));
-            unlift(e, &mut next, &mut prev, ret_node[id]);
+            linearized[op / 64] &= !(1 << (op % 64));
+            unlift(e, &mut next, &mut prev, ret_node[op]);
             entry = next[e];
         }
     }
@@ -254,7 +437,7 @@ fn search(ops: &[Compiled]) -> bool {
 /// and a remaining read of "absent" that follows a write keeps a delete (if the history had
 /// one). Without this the shrinking could drop the put a read depends on and report "read a
 /// value nobody wrote", a violation the full history does not have.
-fn minimize(ops: &[&Operation]) -> Vec<Operation> {
+fn minimize(ops: &[&Operation], check_ops: fn(&[&Operation]) -> bool) -> Vec<Operation> {
     let mut keep: Vec<&Operation> = ops.to_vec();
     keep.sort_by_key(|o| (o.call, o.ret));
     let provenance = Provenance::of(ops);
@@ -302,7 +485,7 @@ fn writes(o: &Operation) -> Option<Option<&String>> {
         KvOp::Put { value, .. } => Some(Some(value)),
         KvOp::Cas { new, .. } => Some(new.as_ref()),
         KvOp::Delete { .. } => Some(None),
-        KvOp::Get { .. } => None,
+        KvOp::Get { .. } | KvOp::Rich { .. } => None,
     }
 }
 

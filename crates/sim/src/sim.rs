@@ -181,6 +181,12 @@ pub struct SimConfig {
     pub ops_per_client: usize,
     /// Size of the key set (small, to force conflicts).
     pub keys: usize,
+    /// The rich workload (`synod check --workload rich`): every operation kind the checker's
+    /// state-machine model covers (lists, INCR, APPEND, multi-key operations, scans,
+    /// MULTI/EXEC with and without WATCH) on groups of 4 keys (`g<G>:<i>`; even groups hold
+    /// strings, odd ones lists); multi-key operations and scans stay inside a group, so
+    /// the checker splits the history by group.
+    pub rich: bool,
     /// The first `readers` clients issue only Gets (lease reads: a client stuck on a write
     /// at a deposed leader never reads from it again; a reader keeps doing so).
     pub readers: usize,
@@ -244,6 +250,7 @@ impl SimConfig {
             clients: None,
             ops_per_client: 30,
             keys: 3,
+            rich: false,
             readers: 0,
             fault_phase: Duration::from_secs(5),
             liveness_timeout: Duration::from_secs(30),
@@ -735,6 +742,8 @@ struct Client {
     next_generation: u64,
     /// The last value this client saw per key (CAS expectations come from it).
     seen: BTreeMap<String, Option<String>>,
+    /// Rich workload: versions read by the last `Versions` (a WATCH), for the next MULTI.
+    watch: Option<Vec<(Bytes, u64)>>,
 }
 
 /// During the fault phase a client abandons an operation (indeterminate) after this many
@@ -776,6 +785,9 @@ struct Sim<'a> {
     probes: Vec<Probe>,
     /// Scripted membership changes answered `Done`.
     changes_done: BTreeSet<usize>,
+    /// Rich workload: history index of each (session, seq), to record the stamp of the
+    /// first applied copy of a command (what WATCH versions are made of).
+    hist_of: std::collections::HashMap<(u64, u64), usize>,
 }
 
 /// The connection id of scripted membership requests (no client session uses it).
@@ -894,6 +906,7 @@ impl<'a> Sim<'a> {
                     timers: BTreeMap::new(),
                     next_generation: 0,
                     seen: BTreeMap::new(),
+                    watch: None,
                 }
             })
             .collect();
@@ -938,6 +951,7 @@ impl<'a> Sim<'a> {
             stats: RunStats::default(),
             probes: Vec::new(),
             changes_done: BTreeSet::new(),
+            hist_of: Default::default(),
         }
     }
 
@@ -1224,7 +1238,9 @@ impl<'a> Sim<'a> {
                     r.persists += 1;
                     let seq = r.persists;
                     r.volatile.extend(records.into_iter().map(|b| (seq, b)));
-                    let at = (self.now + uniform(&mut self.net.rng, 100 * US, 3 * MS)).max(r.sync_busy_until + 1);
+                    // Never before the fsync in flight (fsyncs complete in order); one that
+                    // would end sooner completes with it (group commit).
+                    let at = (self.now + uniform(&mut self.net.rng, 100 * US, 3 * MS)).max(r.sync_busy_until);
                     r.sync_busy_until = at;
                     let incarnation = r.incarnation;
                     self.schedule(at, Ev::Synced { node, incarnation, seq, token });
@@ -1468,6 +1484,13 @@ impl<'a> Sim<'a> {
             Some(_) => {}
             None => {
                 self.chosen.insert(pos, (id, cmd.clone()));
+            }
+        }
+        if self.cfg.rich {
+            if let Some(&h) = self.hist_of.get(&(cmd.client, cmd.seq)) {
+                if let KvOp::Rich { stamp: stamp @ None, .. } = &mut self.history[h].op {
+                    *stamp = Some(synod_core::session::command_stamp(cmd.client, cmd.seq, cmd.now_ms));
+                }
             }
         }
         if !self.replicas[node].applied.insert(pos) {
@@ -1847,7 +1870,9 @@ impl<'a> Sim<'a> {
         let key = format!("k{}", c.rng.gen_range(0..keys));
         let unique = format!("c{ci}.{seq}");
         let roll = c.rng.gen_range(0..100);
-        let kv = if roll < 35 || ci < self.cfg.readers {
+        let kv = if self.cfg.rich {
+            KvOp::Rich { op: rich_op(c, ci, seq, keys), stamp: None }
+        } else if roll < 35 || ci < self.cfg.readers {
             KvOp::Get { key }
         } else if roll < 65 {
             KvOp::Put { key, value: unique }
@@ -1870,11 +1895,15 @@ impl<'a> Sim<'a> {
             KvOp::Cas { key, expect, new } => {
                 Op::Cas { key: b(key), expect: expect.as_deref().map(b), new: new.as_deref().map(b) }
             }
+            KvOp::Rich { op, .. } => op.clone(),
         };
         // One operation outstanding per session: every earlier request has its answer (or
         // was abandoned), so the state machine may forget all results below `seq`.
         let cmd = Command { client: c.session, seq, acked_below: seq, now_ms: 0, op };
         let hist = self.history.len();
+        if self.cfg.rich {
+            self.hist_of.insert((c.session, seq), hist);
+        }
         self.history.push(Operation { client: c.session, op: kv, call: self.now, ret: None, output: None });
         c.pending = Some(Pending { seq, cmd: cmd.clone(), hist });
         let text = self.history[hist].op_text();
@@ -1996,6 +2025,31 @@ impl<'a> Sim<'a> {
         let op = &mut self.history[p.hist];
         let s = |v: Option<Bytes>| v.map(|b| String::from_utf8_lossy(&b).into_owned());
         let output = match (&op.op, result) {
+            (KvOp::Rich { .. }, OpResult::Error(e)) if e.starts_with("stale request") => {
+                self.log(&format!("c{ci}"), || format!("seq={} answered with error {e:?}", p.seq));
+                self.next_op_later(ci);
+                return;
+            }
+            (KvOp::Rich { op: rich, .. }, result) => {
+                let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+                let c = &mut self.clients[ci];
+                match (rich, &result) {
+                    (Op::Versions { keys }, OpResult::Versions(vs)) => {
+                        c.watch = Some(keys.iter().cloned().zip(vs.iter().copied()).collect());
+                    }
+                    (Op::Get { key }, OpResult::Value(v)) => {
+                        c.seen.insert(text(key), v.as_ref().map(text));
+                    }
+                    (Op::Put { key, value }, _) => {
+                        c.seen.insert(text(key), Some(text(value)));
+                    }
+                    _ => {}
+                }
+                op.ret = Some(now);
+                op.output = Some(KvOutput::Result(result));
+                self.next_op_later(ci);
+                return;
+            }
             (KvOp::Get { .. }, OpResult::Value(v)) => KvOutput::Value(s(v)),
             (KvOp::Put { .. }, OpResult::Done) => KvOutput::Done,
             (KvOp::Delete { .. }, OpResult::Deleted(b)) => KvOutput::Deleted(b),
@@ -2027,6 +2081,71 @@ impl<'a> Sim<'a> {
     }
 }
 
+/// One operation of the rich workload (see [`SimConfig::rich`]).
+fn rich_op(c: &mut Client, ci: usize, seq: u64, keys: usize) -> Op {
+    let groups = (keys / 4).max(1) as u64;
+    let g = c.rng.gen_range(0..groups);
+    let key = |i: u64| Bytes::from(format!("g{g}:{i}"));
+    let unique = Bytes::from(format!("c{ci}.{seq}"));
+    let rng = &mut c.rng;
+    let roll = rng.gen_range(0..100);
+    if g % 2 == 1 {
+        // A group of lists.
+        let k = key(rng.gen_range(0..4));
+        let other = key(rng.gen_range(0..4));
+        let left = rng.gen_bool(0.5);
+        return match roll {
+            0..25 => Op::ListPush { key: k, values: vec![unique], left, only_existing: false },
+            25..40 => Op::ListPop { key: k, left, count: rng.gen_bool(0.3).then_some(2) },
+            40..55 => Op::ListRange { key: k, start: 0, stop: -1 },
+            55..62 => Op::ListLen { key: k },
+            62..70 => Op::ListIndex { key: k, index: rng.gen_range(-2..2) },
+            70..80 => Op::ListMove { from: k, to: other, from_left: left, to_left: rng.gen_bool(0.5) },
+            80..85 => Op::Delete { key: k },
+            85..92 => Op::Multi {
+                ops: vec![
+                    Op::ListPush { key: k, values: vec![unique], left, only_existing: false },
+                    Op::ListPop { key: other, left: !left, count: None },
+                ],
+                watch: Vec::new(),
+            },
+            _ => Op::Scan { start: Bytes::from(format!("g{g}:")), end: Bytes::from(format!("g{g};")), limit: 0 },
+        };
+    }
+    // A group of strings; key 3 is a counter (INCRBY), the others take unique values.
+    let k = key(rng.gen_range(0..3));
+    let k2 = key(rng.gen_range(0..3));
+    let counter = key(3);
+    if let Some(watch) = c.watch.take() {
+        // MULTI/EXEC after a WATCH of the keys read by the last `Versions`.
+        let target = watch.first().map(|(k, _)| k.clone()).unwrap_or(k);
+        return Op::Multi {
+            ops: vec![Op::Put { key: target, value: unique }, Op::IncrBy { key: counter, by: 1 }],
+            watch,
+        };
+    }
+    let expect = c.seen.get(&String::from_utf8_lossy(&k).into_owned()).cloned().flatten().map(Bytes::from);
+    match roll {
+        0..15 => Op::Get { key: if rng.gen_bool(0.8) { k } else { counter } },
+        15..27 => Op::Put { key: k, value: unique },
+        27..31 => Op::Delete { key: if rng.gen_bool(0.7) { k } else { counter } },
+        31..38 => Op::Cas { key: k, expect, new: Some(unique) },
+        38..46 => Op::IncrBy { key: counter, by: rng.gen_range(1..5) },
+        46..50 => Op::Append { key: k, value: unique },
+        50..57 => Op::MultiGet { keys: vec![k, k2, counter] },
+        57..62 => Op::MultiPut { pairs: vec![(k, unique.clone()), (k2, Bytes::from(format!("{}m", ci)))] },
+        62..65 => Op::MultiDelete { keys: vec![k, k2] },
+        65..68 => Op::Exists { keys: vec![k, k2, counter] },
+        68..74 => Op::Scan { start: Bytes::from(format!("g{g}:")), end: Bytes::from(format!("g{g};")), limit: 0 },
+        74..82 => Op::Multi {
+            ops: vec![Op::Put { key: k, value: unique }, Op::IncrBy { key: counter, by: 1 }, Op::Get { key: k2 }],
+            watch: Vec::new(),
+        },
+        82..90 => Op::Versions { keys: if rng.gen_bool(0.5) { vec![k] } else { vec![k, counter] } },
+        _ => Op::Strlen { key: k },
+    }
+}
+
 impl Operation {
     fn op_text(&self) -> String {
         match &self.op {
@@ -2034,6 +2153,7 @@ impl Operation {
             KvOp::Put { key, value } => format!("put {key}={value}"),
             KvOp::Delete { key } => format!("delete {key}"),
             KvOp::Cas { key, expect, new } => format!("cas {key} {expect:?}->{new:?}"),
+            KvOp::Rich { op, .. } => format!("{op:?}"),
         }
     }
 }
