@@ -34,7 +34,10 @@ pub enum KvOp {
     /// sequential semantics (`synod_core::kv::KvStore`). `stamp` is the version the command
     /// gave the keys it wrote (`synod_core::session::command_stamp` of the copy that was
     /// applied; None if no replica applied it), which WATCH compares.
-    Rich { op: Op, stamp: Option<u64> },
+    Rich {
+        op: Op,
+        stamp: Option<u64>,
+    },
 }
 
 impl KvOp {

@@ -126,8 +126,11 @@ fn groups(history: &History) -> Vec<(Vec<String>, Vec<&Operation>)> {
         }
         x
     }
-    let keys_of: Vec<Vec<usize>> =
-        history.ops.iter().map(|o| op_keys(o, &all).iter().filter_map(|k| index.get(k.as_str()).copied()).collect()).collect();
+    let keys_of: Vec<Vec<usize>> = history
+        .ops
+        .iter()
+        .map(|o| op_keys(o, &all).iter().filter_map(|k| index.get(k.as_str()).copied()).collect())
+        .collect();
     for ks in &keys_of {
         for w in ks.windows(2) {
             let (a, b) = (find(&mut parent, w[0]), find(&mut parent, w[1]));
@@ -650,12 +653,8 @@ mod tests {
     fn minimizing_keeps_the_writes_a_remaining_read_depends_on() {
         // A stale read: b was written (and acknowledged) before the last read, which still
         // sees a. Dropping put(a) would leave "read a value nobody wrote" as the reason.
-        let h = hist(vec![
-            put(1, "a", 0, 10),
-            get(2, Some("a"), 20, 30),
-            put(1, "b", 40, 50),
-            get(2, Some("a"), 60, 70),
-        ]);
+        let h =
+            hist(vec![put(1, "a", 0, 10), get(2, Some("a"), 20, 30), put(1, "b", 40, 50), get(2, Some("a"), 60, 70)]);
         let v = check(&h).unwrap_err();
         let shown: Vec<String> = v.slice.iter().map(|o| o.to_string()).collect();
         assert!(
@@ -669,18 +668,118 @@ mod tests {
         assert!(!check_ops(&refs));
         // A read of "absent" after a write keeps the delete that explains absence.
         let del = op(3, KvOp::Delete { key: "k".into() }, 12, Some(15), Some(KvOutput::Deleted(true)));
-        let h = hist(vec![
-            put(1, "a", 0, 10),
-            del,
-            get(2, None, 20, 30),
-            put(1, "b", 40, 50),
-            get(2, None, 60, 70),
-        ]);
+        let h = hist(vec![put(1, "a", 0, 10), del, get(2, None, 20, 30), put(1, "b", 40, 50), get(2, None, 60, 70)]);
         let v = check(&h).unwrap_err();
         assert!(v.slice.iter().any(|o| matches!(o.op, KvOp::Delete { .. })), "{:?}", v.slice);
         // A read of a value nobody ever wrote is still a violation of one operation.
         let h = hist(vec![put(1, "a", 0, 10), get(2, Some("zz"), 20, 30)]);
         assert_eq!(check(&h).unwrap_err().slice.len(), 1);
+    }
+
+    fn rich(c: u64, op: Op, stamp: u64, call: u64, ret: u64, out: OpResult) -> Operation {
+        Operation {
+            client: c,
+            op: KvOp::Rich { op, stamp: Some(stamp) },
+            call,
+            ret: Some(ret),
+            output: Some(KvOutput::Result(out)),
+        }
+    }
+    fn bs(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn lists_transactions_and_multi_key_ops_are_checked_against_the_state_machine() {
+        let push = |v: &str| Op::ListPush { key: bs("l"), values: vec![bs(v)], left: false, only_existing: false };
+        let range = Op::ListRange { key: bs("l"), start: 0, stop: -1 };
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| bs(v)).collect()));
+        // Two concurrent pushes, then a range: either order, but both present.
+        let ok = vec![
+            rich(1, push("a"), 11, 0, 10, OpResult::Int(1)),
+            rich(2, push("b"), 12, 0, 10, OpResult::Int(2)),
+            rich(3, range.clone(), 13, 20, 30, items(&["a", "b"])),
+        ];
+        assert!(check(&hist(ok)).is_ok());
+        // A range that misses an acknowledged push (a lost write).
+        let lost = vec![
+            rich(1, push("a"), 11, 0, 10, OpResult::Int(1)),
+            rich(2, push("b"), 12, 0, 10, OpResult::Int(2)),
+            rich(3, range.clone(), 13, 20, 30, items(&["a"])),
+        ];
+        let v = check(&hist(lost)).unwrap_err();
+        assert_eq!(v.key, "l");
+        // A pop may not return an element twice.
+        let pop = Op::ListPop { key: bs("l"), left: true, count: None };
+        let twice = vec![
+            rich(1, push("a"), 11, 0, 10, OpResult::Int(1)),
+            rich(2, pop.clone(), 12, 20, 30, OpResult::Value(Some(bs("a")))),
+            rich(3, pop, 13, 20, 30, OpResult::Value(Some(bs("a")))),
+        ];
+        assert!(check(&hist(twice)).is_err());
+        // MSET is atomic: a concurrent MGET sees both keys old or both new, not a mix.
+        let mset = Op::MultiPut { pairs: vec![(bs("x"), bs("1")), (bs("y"), bs("1"))] };
+        let mget = Op::MultiGet { keys: vec![bs("x"), bs("y")] };
+        let torn = vec![
+            rich(1, mset.clone(), 21, 0, 100, OpResult::Done),
+            rich(2, mget.clone(), 22, 10, 20, OpResult::Values(vec![Some(bs("1")), None])),
+        ];
+        assert!(check(&hist(torn)).is_err());
+        let whole = vec![
+            rich(1, mset, 21, 0, 100, OpResult::Done),
+            rich(2, mget, 22, 10, 20, OpResult::Values(vec![Some(bs("1")), Some(bs("1"))])),
+        ];
+        assert!(check(&hist(whole)).is_ok());
+        // INCRBY read-modify-writes: two acknowledged +1 from 0 cannot both return 1.
+        let incr = Op::IncrBy { key: bs("n"), by: 1 };
+        let h = vec![rich(1, incr.clone(), 31, 0, 10, OpResult::Int(1)), rich(2, incr, 32, 0, 10, OpResult::Int(1))];
+        assert!(check(&hist(h)).is_err());
+    }
+
+    #[test]
+    fn watch_aborts_iff_a_watched_key_changed() {
+        let versions = Op::Versions { keys: vec![bs("w")] };
+        let put = |v: &str| Op::Put { key: bs("w"), value: bs(v) };
+        let multi = |watch: u64| Op::Multi { ops: vec![put("m")], watch: vec![(bs("w"), watch)] };
+        // put (stamp 5) -> versions sees 5 -> another put (stamp 6) completes -> EXEC must abort.
+        let base = vec![
+            rich(1, put("a"), 5, 0, 10, OpResult::Done),
+            rich(2, versions.clone(), 7, 20, 30, OpResult::Versions(vec![5])),
+            rich(1, put("b"), 6, 40, 50, OpResult::Done),
+        ];
+        let mut executed = base.clone();
+        executed.push(rich(2, multi(5), 8, 60, 70, OpResult::Multi(Some(vec![OpResult::Done]))));
+        assert!(check(&hist(executed)).is_err(), "EXEC ran although the watched key changed");
+        let mut aborted = base.clone();
+        aborted.push(rich(2, multi(5), 8, 60, 70, OpResult::Multi(None)));
+        assert!(check(&hist(aborted)).is_ok());
+        // Versions must name the last writer's stamp.
+        let wrong = vec![
+            rich(1, put("a"), 5, 0, 10, OpResult::Done),
+            rich(2, versions, 7, 20, 30, OpResult::Versions(vec![99])),
+        ];
+        assert!(check(&hist(wrong)).is_err());
+    }
+
+    #[test]
+    fn scans_join_the_keys_of_their_range() {
+        let scan = Op::Scan { start: bs("g1:"), end: bs("g1;"), limit: 0 };
+        let put = |k: &str, v: &str| Op::Put { key: bs(k), value: bs(v) };
+        // A scan after both puts completed must see both.
+        let h = vec![
+            rich(1, put("g1:0", "a"), 1, 0, 10, OpResult::Done),
+            rich(2, put("g1:1", "b"), 2, 0, 10, OpResult::Done),
+            rich(3, put("g2:0", "z"), 3, 0, 10, OpResult::Done),
+            rich(4, scan.clone(), 4, 20, 30, OpResult::Scan(vec![(bs("g1:0"), bs("a"))])),
+        ];
+        assert!(check(&hist(h)).is_err());
+        let h = vec![
+            rich(1, put("g1:0", "a"), 1, 0, 10, OpResult::Done),
+            rich(2, put("g1:1", "b"), 2, 0, 10, OpResult::Done),
+            rich(3, put("g2:0", "z"), 3, 0, 10, OpResult::Done),
+            rich(4, scan, 4, 20, 30, OpResult::Scan(vec![(bs("g1:0"), bs("a")), (bs("g1:1"), bs("b"))])),
+        ];
+        assert!(check(&hist(h)).is_ok());
     }
 
     #[test]

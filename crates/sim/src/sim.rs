@@ -588,11 +588,22 @@ struct Compaction {
 
 /// Something a replica sends or answers (held back behind an unsynced persist).
 enum Out {
-    Send { to: NodeId, msg: Bytes },
-    Broadcast { msg: Bytes },
-    Reply { client: ClientRef, reply: Reply },
+    Send {
+        to: NodeId,
+        msg: Bytes,
+    },
+    Broadcast {
+        msg: Bytes,
+    },
+    Reply {
+        client: ClientRef,
+        reply: Reply,
+    },
     /// The result of an `Apply`, `Read` or `Speculate` for a client of this replica.
-    ClientReply { conn: u64, reply: Reply },
+    ClientReply {
+        conn: u64,
+        reply: Reply,
+    },
 }
 
 /// Every replica's clock starts here, so negative skews stay representable.
