@@ -13,9 +13,11 @@
 //! converge within a bounded virtual time.
 //!
 //! The driver contract of `synod_core::protocol` is honoured exactly like the tokio runtime
-//! does: actions execute in order, `Persist` is durable at once (so a later send is safe),
-//! `Persisted` comes back after a storage delay, `Apply` runs the command on the replica's
-//! own `StateMachine` and answers the named client.
+//! does: actions execute in order, `Apply` runs the command on the replica's own
+//! `StateMachine` and answers the named client. Without the storage faults a `Persist` is
+//! durable at once (so a later send is safe) and `Persisted` comes back after a storage
+//! delay; with `storage`/`fsync-error` it is durable when its fsync completes and everything
+//! sent after it waits for that (see [`FaultSet::storage`]).
 
 use crate::history::{History, KvOp, KvOutput, Operation};
 use crate::linearizability;
