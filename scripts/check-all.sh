@@ -61,4 +61,10 @@ for opts in "offload=false" "dom=false"; do
   echo "== nezha $opts: $((SEEDS5 / 2)) seeds, 3 replicas, all faults"
   "$bin" check --protocol nezha --param "$opts" --seeds "$((SEEDS5 / 2))" --start-seed 2000000 --faults all || status=1
 done
+# Long, rich histories (lists, INCRBY, multi-key operations, scans, MULTI/EXEC with WATCH;
+# 20 clients x 500 operations = 10^4 per schedule) with every fault, storage faults included.
+for p in multipaxos raft; do
+  echo "== $p: rich workload, 2 seeds of 10^4 operations, all faults"
+  "$bin" check --protocol "$p" --workload rich --clients 20 --ops 500 --keys 64 --seeds 2 --start-seed 4000000 --faults all || status=1
+done
 exit $status

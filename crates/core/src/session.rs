@@ -249,7 +249,9 @@ impl StateMachine {
 }
 
 /// A command's version stamp: a 64-bit mix of its identity, never 0 (0 = absent key).
-fn command_stamp(client: u64, seq: u64, now_ms: u64) -> u64 {
+/// The stamp a command gives the keys it writes (their WATCH version): unique per command, the
+/// same on every replica. Public for checkers that replay a history (synod-sim).
+pub fn command_stamp(client: u64, seq: u64, now_ms: u64) -> u64 {
     let mut h = client.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq.rotate_left(29) ^ now_ms.rotate_left(47);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);

@@ -23,13 +23,26 @@ pub struct CheckArgs {
     /// Cluster size (3 or 5).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
     pub replicas: u64,
-    /// Faults to inject: comma list of partition, crash, crash-wipe, loss, dup, reorder,
-    /// skew, clock-jump; or "all" (everything but crash-wipe and clock-jump) or "none".
+    /// Faults to inject: comma list of partition, crash, crash-all, crash-wipe, loss, dup,
+    /// reorder, skew, clock-jump, storage, fsync-error; or "all" (everything but crash-wipe
+    /// and clock-jump) or "none" (docs/faults.md, "Simulator faults").
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Operations per simulated client.
     #[arg(long, default_value_t = 30)]
     pub ops: usize,
+    /// Workload: "classic" (get/put/delete/cas on --keys keys) or "rich" (lists, INCR,
+    /// APPEND, multi-key operations, scans, MULTI/EXEC with WATCH on groups of 4 keys;
+    /// checked against the state machine's semantics). For histories of 10^4 operations:
+    /// `--workload rich --clients 20 --ops 500 --keys 64`.
+    #[arg(long, default_value = "classic", value_parser = ["classic", "rich"])]
+    pub workload: String,
+    /// Number of keys (classic default 3; rich: 4 per group, default 32).
+    #[arg(long)]
+    pub keys: Option<usize>,
+    /// Simulated clients (default: 3 to 5, chosen by the seed).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub clients: Option<u64>,
     /// The first N simulated clients issue only Gets (a client that keeps reading from a
     /// deposed leader is what exposes stale lease reads; the others stall on their writes).
     #[arg(long, default_value_t = 0)]
@@ -58,6 +71,10 @@ pub struct CheckSummary {
     pub crashes: u64,
     /// Whole-cluster crashes (every replica down at once).
     pub cluster_crashes: u64,
+    /// Volatile storage: unsynced records lost in crashes, torn records, failed fsyncs.
+    pub unsynced_lost: u64,
+    pub torn_records: u64,
+    pub fsync_errors: u64,
     pub partitions: u64,
     /// Reads answered from a leader's lease (no log position), checked like every other op.
     pub lease_reads: u64,
@@ -146,6 +163,13 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         faults,
         ops_per_client: args.ops,
         readers: args.readers,
+        rich: args.workload == "rich",
+        keys: args.keys.unwrap_or(if args.workload == "rich" { 32 } else { 3 }).max(1),
+        clients: args.clients.map(|c| c as usize),
+        // Long histories need longer after the heal: with fsync windows and a pipeline
+        // window of 1 (a fuzzed knob) a leader commits a few hundred slots per second.
+        liveness_timeout: std::time::Duration::from_secs(30)
+            .max(std::time::Duration::from_millis(10 * args.ops as u64 * args.clients.unwrap_or(5))),
         trace,
         params: params.clone(),
         ..SimConfig::new(protocol, seed)
@@ -185,6 +209,9 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.indeterminate += report.stats.ops_indeterminate;
         summary.crashes += report.stats.crashes;
         summary.cluster_crashes += report.stats.cluster_crashes;
+        summary.unsynced_lost += report.stats.unsynced_lost;
+        summary.torn_records += report.stats.torn_records;
+        summary.fsync_errors += report.stats.fsync_errors;
         summary.partitions += report.stats.partitions;
         summary.lease_reads += report.stats.lease_reads;
         summary.messages += report.stats.messages_sent;
@@ -220,6 +247,15 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
             if args.readers > 0 {
                 replay.push_str(&format!(" --readers {}", args.readers));
             }
+            if args.workload != "classic" {
+                replay.push_str(&format!(" --workload {}", args.workload));
+            }
+            if let Some(k) = args.keys {
+                replay.push_str(&format!(" --keys {k}"));
+            }
+            if let Some(c) = args.clients {
+                replay.push_str(&format!(" --clients {c}"));
+            }
             println!("{replay}");
             break;
         }
@@ -243,6 +279,12 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.virtual_seconds,
         summary.seconds
     );
+    if faults.volatile_storage() {
+        println!(
+            "  storage: {} unsynced records lost in crashes, {} torn records, {} fsync errors",
+            summary.unsynced_lost, summary.torn_records, summary.fsync_errors
+        );
+    }
     if summary.lease_reads > 0 {
         println!("  lease reads (answered by a leader without a log position): {}", summary.lease_reads);
     }

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use synod_core::{Op, OpResult};
 
 /// The single-key operations the simulated clients issue (scans are never generated, so a
 /// history decomposes per key).
@@ -28,12 +29,23 @@ pub enum KvOp {
         expect: Option<String>,
         new: Option<String>,
     },
+    /// Any state-machine operation (`synod check --workload rich`: lists, INCR, APPEND,
+    /// multi-key ops, scans, MULTI/EXEC with WATCH), checked against the state machine's own
+    /// sequential semantics (`synod_core::kv::KvStore`). `stamp` is the version the command
+    /// gave the keys it wrote (`synod_core::session::command_stamp` of the copy that was
+    /// applied; None if no replica applied it), which WATCH compares.
+    Rich {
+        op: Op,
+        stamp: Option<u64>,
+    },
 }
 
 impl KvOp {
+    /// The key of a single-key operation of the classic kinds ("" for `Rich`).
     pub fn key(&self) -> &str {
         match self {
             KvOp::Get { key } | KvOp::Put { key, .. } | KvOp::Delete { key } | KvOp::Cas { key, .. } => key,
+            KvOp::Rich { .. } => "",
         }
     }
 }
@@ -49,6 +61,8 @@ pub enum KvOutput {
     Deleted(bool),
     /// Cas: whether the swap happened, and the value found.
     Cas { ok: bool, current: Option<String> },
+    /// A `Rich` operation's result.
+    Result(OpResult),
     /// Refused for good (a definitive reject, e.g. IDEM when every replica refused): the
     /// operation must never take effect, so the rest of the history must be linearizable
     /// without it.
@@ -95,6 +109,7 @@ impl fmt::Display for Operation {
             KvOp::Put { key, value } => format!("put({key}, {value:?})"),
             KvOp::Delete { key } => format!("delete({key})"),
             KvOp::Cas { key, expect, new } => format!("cas({key}, {} -> {})", show(expect), show(new)),
+            KvOp::Rich { op, .. } => format!("{op:?}"),
         };
         let out = match &self.output {
             None => "?".to_string(),
@@ -102,6 +117,7 @@ impl fmt::Display for Operation {
             Some(KvOutput::Done) => "ok".to_string(),
             Some(KvOutput::Deleted(b)) => format!("existed={b}"),
             Some(KvOutput::Cas { ok, current }) => format!("ok={ok} current={}", show(current)),
+            Some(KvOutput::Result(r)) => format!("{r:?}"),
             Some(KvOutput::Rejected) => "rejected (never takes effect)".to_string(),
         };
         let ret = match self.ret {
@@ -151,6 +167,11 @@ struct JsonOp {
     #[serde(rename = "return")]
     ret: Option<u64>,
     output: Option<JsonOutput>,
+    /// kind "op": the operation (synod_core::Op as serde JSON) and its stamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    op: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stamp: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -166,6 +187,9 @@ struct JsonOutput {
     /// Rejected for good: the operation must never take effect (any kind).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     rejected: bool,
+    /// kind "op": the result (synod_core::OpResult as serde JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<serde_json::Value>,
 }
 
 impl History {
@@ -207,11 +231,17 @@ impl History {
 }
 
 fn to_json_op(op: &Operation) -> JsonOp {
+    let empty = String::new();
     let (kind, key, value, expect) = match &op.op {
         KvOp::Get { key } => ("get", key, None, None),
         KvOp::Put { key, value } => ("put", key, Some(value.clone()), None),
         KvOp::Delete { key } => ("delete", key, None, None),
         KvOp::Cas { key, expect, new } => ("cas", key, new.clone(), expect.clone()),
+        KvOp::Rich { .. } => ("op", &empty, None, None),
+    };
+    let (rich, stamp) = match &op.op {
+        KvOp::Rich { op, stamp } => (Some(serde_json::to_value(op).expect("ops serialize")), *stamp),
+        _ => (None, None),
     };
     let output = op.output.as_ref().map(|o| match o {
         KvOutput::Value(v) => JsonOutput { value: v.clone(), ..Default::default() },
@@ -219,8 +249,22 @@ fn to_json_op(op: &Operation) -> JsonOp {
         KvOutput::Deleted(existed) => JsonOutput { existed: *existed, ..Default::default() },
         KvOutput::Cas { ok, current } => JsonOutput { ok: *ok, current: current.clone(), ..Default::default() },
         KvOutput::Rejected => JsonOutput { rejected: true, ..Default::default() },
+        KvOutput::Result(r) => {
+            JsonOutput { result: Some(serde_json::to_value(r).expect("results serialize")), ..Default::default() }
+        }
     });
-    JsonOp { client: op.client, kind: kind.into(), key: key.clone(), value, expect, call: op.call, ret: op.ret, output }
+    JsonOp {
+        client: op.client,
+        kind: kind.into(),
+        key: key.clone(),
+        value,
+        expect,
+        call: op.call,
+        ret: op.ret,
+        output,
+        op: rich,
+        stamp,
+    }
 }
 
 fn from_json_op(o: JsonOp) -> Result<Operation, String> {
@@ -229,7 +273,12 @@ fn from_json_op(o: JsonOp) -> Result<Operation, String> {
         "put" => KvOp::Put { key: o.key, value: o.value.ok_or("put without a value")? },
         "delete" => KvOp::Delete { key: o.key },
         "cas" => KvOp::Cas { key: o.key, expect: o.expect, new: o.value },
-        other => return Err(format!("unknown kind {other:?} (want get, put, delete or cas)")),
+        "op" => {
+            let op = o.op.ok_or("kind op without an op")?;
+            let op: Op = serde_json::from_value(op).map_err(|e| format!("bad op: {e}"))?;
+            KvOp::Rich { op, stamp: o.stamp }
+        }
+        other => return Err(format!("unknown kind {other:?} (want get, put, delete, cas or op)")),
     };
     let output = match (o.ret, o.output) {
         (None, _) => None,
@@ -244,6 +293,10 @@ fn from_json_op(o: JsonOp) -> Result<Operation, String> {
                 KvOp::Put { .. } => KvOutput::Done,
                 KvOp::Delete { .. } => KvOutput::Deleted(out.existed),
                 KvOp::Cas { .. } => KvOutput::Cas { ok: out.ok, current: out.current },
+                KvOp::Rich { .. } => {
+                    let r = out.result.ok_or("op output without a result")?;
+                    KvOutput::Result(serde_json::from_value(r).map_err(|e| format!("bad result: {e}"))?)
+                }
             })
         }
     };
@@ -282,6 +335,21 @@ mod tests {
                     output: Some(KvOutput::Value(None)),
                 },
                 Operation { client: 3, op: KvOp::Delete { key: "k".into() }, call: 5, ret: None, output: None },
+                Operation {
+                    client: 5,
+                    op: KvOp::Rich {
+                        op: Op::ListPush {
+                            key: bytes::Bytes::from_static(b"l"),
+                            values: vec![bytes::Bytes::from_static(b"x")],
+                            left: true,
+                            only_existing: false,
+                        },
+                        stamp: Some(77),
+                    },
+                    call: 7,
+                    ret: Some(8),
+                    output: Some(KvOutput::Result(OpResult::Int(1))),
+                },
                 Operation {
                     client: 4,
                     op: KvOp::Put { key: "k".into(), value: "x".into() },

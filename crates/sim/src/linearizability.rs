@@ -20,10 +20,13 @@
 //! intervals touch are concurrent.
 
 use crate::history::{History, KvOp, KvOutput, Operation};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use synod_core::kv::{Footprint, KvStore};
+use synod_core::{Op, OpResult};
 
 /// A linearizability violation: the key whose sub-history has no linearization, and a small
-/// non-linearizable slice of it (every operation of the slice is needed for the violation).
+/// non-linearizable slice of it that keeps the writes its reads observed (see `minimize`).
 #[derive(Clone, Debug)]
 pub struct LinViolation {
     pub key: String,
@@ -51,18 +54,184 @@ impl std::fmt::Display for LinViolation {
 
 /// Check a whole history. Keys are checked in sorted order so the reported violation is
 /// deterministic.
+///
+/// A history with `Rich` operations (multi-key operations, scans, transactions) is split
+/// into groups of keys that no operation connects (union-find over each operation's keys; a
+/// scan's keys are those of the history in its range, a whole-keyspace operation joins
+/// everything); each group is checked on its own against the state machine's sequential
+/// semantics. Single-key groups of classic operations keep the fast model.
 pub fn check(history: &History) -> Result<(), LinViolation> {
-    let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
-    for op in &history.ops {
-        by_key.entry(op.op.key()).or_default().push(op);
+    if !history.ops.iter().any(|o| matches!(o.op, KvOp::Rich { .. })) {
+        let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+        for op in &history.ops {
+            by_key.entry(op.op.key()).or_default().push(op);
+        }
+        for (key, ops) in by_key {
+            if !check_ops(&ops) {
+                let slice = minimize(&ops, check_ops);
+                return Err(LinViolation { key: key.to_string(), key_ops: ops.len(), slice });
+            }
+        }
+        return Ok(());
     }
-    for (key, ops) in by_key {
-        if !check_ops(&ops) {
-            let slice = minimize(&ops);
-            return Err(LinViolation { key: key.to_string(), key_ops: ops.len(), slice });
+    for (keys, ops) in groups(history) {
+        if !check_rich(&ops) {
+            let slice = minimize(&ops, check_rich);
+            return Err(LinViolation { key: keys.join(","), key_ops: ops.len(), slice });
         }
     }
     Ok(())
+}
+
+/// The keys an operation touches, as text (scans: the history's keys in the range).
+fn op_keys(o: &Operation, all: &BTreeSet<String>) -> Vec<String> {
+    let text = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+    match &o.op {
+        KvOp::Rich { op, .. } => match op.footprint() {
+            Footprint::None => Vec::new(),
+            Footprint::Keys(ks) => ks.into_iter().map(text).collect(),
+            Footprint::Range { start, end } => all
+                .iter()
+                .filter(|k| k.as_bytes() >= start && (end.is_empty() || k.as_bytes() < end))
+                .cloned()
+                .collect(),
+            Footprint::All => all.iter().cloned().collect(),
+        },
+        other => vec![other.key().to_string()],
+    }
+}
+
+/// Independent groups of keys and their operations, in key order.
+fn groups(history: &History) -> Vec<(Vec<String>, Vec<&Operation>)> {
+    let mut all: BTreeSet<String> = BTreeSet::new();
+    for o in &history.ops {
+        let text = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+        match &o.op {
+            KvOp::Rich { op, .. } => {
+                if let Footprint::Keys(ks) = op.footprint() {
+                    all.extend(ks.into_iter().map(text));
+                }
+            }
+            other => {
+                all.insert(other.key().to_string());
+            }
+        }
+    }
+    let index: HashMap<&str, usize> = all.iter().enumerate().map(|(i, k)| (k.as_str(), i)).collect();
+    let mut parent: Vec<usize> = (0..all.len()).collect();
+    fn find(p: &mut [usize], mut x: usize) -> usize {
+        while p[x] != x {
+            p[x] = p[p[x]];
+            x = p[x];
+        }
+        x
+    }
+    let keys_of: Vec<Vec<usize>> = history
+        .ops
+        .iter()
+        .map(|o| op_keys(o, &all).iter().filter_map(|k| index.get(k.as_str()).copied()).collect())
+        .collect();
+    for ks in &keys_of {
+        for w in ks.windows(2) {
+            let (a, b) = (find(&mut parent, w[0]), find(&mut parent, w[1]));
+            parent[a] = b;
+        }
+    }
+    let mut by_root: BTreeMap<usize, (Vec<String>, Vec<&Operation>)> = BTreeMap::new();
+    for (i, k) in all.iter().enumerate() {
+        let r = find(&mut parent, i);
+        by_root.entry(r).or_default().0.push(k.clone());
+    }
+    let mut keyless = Vec::new();
+    for (o, ks) in history.ops.iter().zip(&keys_of) {
+        match ks.first() {
+            Some(&k) => {
+                let r = find(&mut parent, k);
+                by_root.entry(r).or_default().1.push(o);
+            }
+            None => keyless.push(o),
+        }
+    }
+    let mut out: Vec<(Vec<String>, Vec<&Operation>)> = by_root.into_values().collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    if !keyless.is_empty() {
+        out.push((Vec::new(), keyless));
+    }
+    out
+}
+
+/// A classic operation as the state machine's operation and result.
+fn as_rich(o: &Operation) -> (Op, Option<u64>, Option<OpResult>) {
+    let b = |s: &String| Bytes::copy_from_slice(s.as_bytes());
+    let ob = |s: &Option<String>| s.as_ref().map(b);
+    let op = match &o.op {
+        KvOp::Get { key } => Op::Get { key: b(key) },
+        KvOp::Put { key, value } => Op::Put { key: b(key), value: b(value) },
+        KvOp::Delete { key } => Op::Delete { key: b(key) },
+        KvOp::Cas { key, expect, new } => Op::Cas { key: b(key), expect: ob(expect), new: ob(new) },
+        KvOp::Rich { op, stamp } => {
+            let out = match &o.output {
+                Some(KvOutput::Result(r)) => Some(r.clone()),
+                _ => None,
+            };
+            return (op.clone(), *stamp, out);
+        }
+    };
+    let out = match &o.output {
+        Some(KvOutput::Value(v)) => Some(OpResult::Value(ob(v))),
+        Some(KvOutput::Done) => Some(OpResult::Done),
+        Some(KvOutput::Deleted(d)) => Some(OpResult::Deleted(*d)),
+        Some(KvOutput::Cas { ok, current }) => Some(OpResult::Cas { ok: *ok, current: ob(current) }),
+        _ => None,
+    };
+    (op, None, out)
+}
+
+/// Whether operations of one group of keys are linearizable, with the state machine
+/// (`KvStore`, which WATCH versions included) as the sequential model.
+pub fn check_rich(ops: &[&Operation]) -> bool {
+    struct R {
+        op: Op,
+        stamp: u64,
+        /// None = indeterminate: any result.
+        out: Option<OpResult>,
+    }
+    let kept: Vec<&&Operation> = ops.iter().filter(|o| !o.is_rejected()).collect();
+    let mut keys: BTreeSet<Bytes> = BTreeSet::new();
+    let rs: Vec<R> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let (op, stamp, out) = as_rich(o);
+            if let Footprint::Keys(ks) = op.footprint() {
+                keys.extend(ks.into_iter().map(Bytes::copy_from_slice));
+            }
+            // A command no replica applied has no known stamp: one nothing else matches.
+            let stamp = stamp.unwrap_or(u64::MAX - i as u64);
+            R { op, stamp, out: if o.ret.is_some() { out } else { None } }
+        })
+        .collect();
+    let times: Vec<(u64, u64)> = kept.iter().map(|o| (o.call, o.ret.unwrap_or(u64::MAX))).collect();
+    let versions = Op::Versions { keys: keys.into_iter().collect() };
+    let id = |s: &KvStore| {
+        let mut h = s.digest();
+        if let OpResult::Versions(vs) = s.clone().apply(&versions, 0) {
+            for v in vs {
+                h = (h ^ v).wrapping_mul(0x100000001b3).rotate_left(17);
+            }
+        }
+        h
+    };
+    let step = |s: &KvStore, i: usize| {
+        let r = &rs[i];
+        let mut next = s.clone();
+        let got = next.apply_stamped(&r.op, 0, false, r.stamp);
+        match &r.out {
+            Some(want) if *want != got => None,
+            _ => Some(next),
+        }
+    };
+    search_with(&times, KvStore::new(), step, id)
 }
 
 /// Whether operations on one key are linearizable.
@@ -95,6 +264,9 @@ impl Interner {
             KvOp::Put { value, .. } => Kind::Put(self.id(&Some(value.clone()))),
             KvOp::Delete { .. } => Kind::Delete,
             KvOp::Cas { expect, new, .. } => Kind::Cas { expect: self.id(expect), new: self.id(new) },
+            // `check` sends histories with rich operations to `check_rich`; here one would
+            // only be a read that may return anything.
+            KvOp::Rich { .. } => Kind::Get,
         };
         let out = match &o.output {
             None => Out::Unknown,
@@ -103,7 +275,7 @@ impl Interner {
             Some(KvOutput::Deleted(b)) => Out::Deleted(*b),
             Some(KvOutput::Cas { ok, current }) => Out::Cas { ok: *ok, current: self.id(current) },
             // Left out by `check_ops`; as a fallback it may take effect or not.
-            Some(KvOutput::Rejected) => Out::Unknown,
+            Some(KvOutput::Rejected) | Some(KvOutput::Result(_)) => Out::Unknown,
         };
         let (ret, out) = match o.ret {
             Some(r) => (r, out),
@@ -161,17 +333,31 @@ fn step(s: u32, op: &Compiled) -> Option<u32> {
 
 const NIL: usize = usize::MAX;
 
-/// Lowe's just-in-time linearization search over a doubly linked list of entries.
+/// Lowe's just-in-time linearization search with the single-key KV model.
 fn search(ops: &[Compiled]) -> bool {
-    let n = ops.len();
+    let times: Vec<(u64, u64)> = ops.iter().map(|o| (o.call, o.ret)).collect();
+    search_with(&times, 0u32, |s, i| step(*s, &ops[i]), |s| *s as u64)
+}
+
+/// Lowe's just-in-time linearization search over a doubly linked list of entries, for any
+/// sequential model: `times[i]` is operation i's (call, return), `step(s, i)` the state
+/// after operation i in state s if the model allows its recorded output there, `id(s)` a
+/// hash of a state for the cache of explored configurations.
+fn search_with<S: Clone>(
+    times: &[(u64, u64)],
+    init: S,
+    step: impl Fn(&S, usize) -> Option<S>,
+    id: impl Fn(&S) -> u64,
+) -> bool {
+    let n = times.len();
     if n == 0 {
         return true;
     }
     // Entries sorted by time, calls before returns at equal times (closed intervals).
     let mut entries: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
-    for (i, o) in ops.iter().enumerate() {
-        entries.push((o.call, false, i));
-        entries.push((o.ret, true, i));
+    for (i, &(call, ret)) in times.iter().enumerate() {
+        entries.push((call, false, i));
+        entries.push((ret, true, i));
     }
     entries.sort_unstable();
     // Node 0 is the head sentinel; entry k is node k + 1.
@@ -193,9 +379,9 @@ fn search(ops: &[Compiled]) -> bool {
 
     let words = n.div_ceil(64);
     let mut linearized = vec![0u64; words];
-    let mut cache: HashSet<(Vec<u64>, u32)> = HashSet::new();
-    let mut calls: Vec<(usize, u32)> = Vec::new();
-    let mut state = 0u32;
+    let mut cache: HashSet<(Vec<u64>, u64)> = HashSet::new();
+    let mut calls: Vec<(usize, S)> = Vec::new();
+    let mut state = init;
     let mut entry = next[0];
 
     let lift = |e: usize, next: &mut Vec<usize>, prev: &mut Vec<usize>, mt: usize| {
@@ -217,17 +403,17 @@ fn search(ops: &[Compiled]) -> bool {
 
     while next[0] != NIL {
         if is_call[entry] {
-            let id = op_of[entry];
-            match step(state, &ops[id]) {
+            let op = op_of[entry];
+            match step(&state, op) {
                 Some(new_state) => {
-                    linearized[id / 64] |= 1 << (id % 64);
-                    if cache.insert((linearized.clone(), new_state)) {
-                        calls.push((entry, state));
-                        state = new_state;
-                        lift(entry, &mut next, &mut prev, ret_node[id]);
+                    linearized[op / 64] |= 1 << (op % 64);
+                    if cache.insert((linearized.clone(), id(&new_state))) {
+                        let old = std::mem::replace(&mut state, new_state);
+                        calls.push((entry, old));
+                        lift(entry, &mut next, &mut prev, ret_node[op]);
                         entry = next[0];
                     } else {
-                        linearized[id / 64] &= !(1 << (id % 64));
+                        linearized[op / 64] &= !(1 << (op % 64));
                         entry = next[entry];
                     }
                 }
@@ -236,28 +422,35 @@ fn search(ops: &[Compiled]) -> bool {
         } else {
             // A return whose call is not linearized yet: undo the last choice.
             let Some((e, s)) = calls.pop() else { return false };
-            let id = op_of[e];
+            let op = op_of[e];
             state = s;
-            linearized[id / 64] &= !(1 << (id % 64));
-            unlift(e, &mut next, &mut prev, ret_node[id]);
+            linearized[op / 64] &= !(1 << (op % 64));
+            unlift(e, &mut next, &mut prev, ret_node[op]);
             entry = next[e];
         }
     }
     true
 }
 
-/// Shrink a non-linearizable per-key history to a 1-minimal non-linearizable slice
-/// (delta debugging: drop chunks of decreasing size while the rest stays non-linearizable).
-fn minimize(ops: &[&Operation]) -> Vec<Operation> {
+/// Shrink a non-linearizable per-key history to a small non-linearizable slice (delta
+/// debugging: drop chunks of decreasing size while the rest stays non-linearizable).
+///
+/// A removal is kept only if the rest still fails *for the same reason*: every remaining
+/// operation that observed a value keeps a write of that value (if the history had one),
+/// and a remaining read of "absent" that follows a write keeps a delete (if the history had
+/// one). Without this the shrinking could drop the put a read depends on and report "read a
+/// value nobody wrote", a violation the full history does not have.
+fn minimize(ops: &[&Operation], check_ops: fn(&[&Operation]) -> bool) -> Vec<Operation> {
     let mut keep: Vec<&Operation> = ops.to_vec();
     keep.sort_by_key(|o| (o.call, o.ret));
+    let provenance = Provenance::of(ops);
     let mut chunk = keep.len() / 2;
     while chunk >= 1 {
         let mut start = 0;
         while start < keep.len() {
             let end = (start + chunk).min(keep.len());
             let candidate: Vec<&Operation> = keep[..start].iter().chain(&keep[end..]).copied().collect();
-            if !candidate.is_empty() && !check_ops(&candidate) {
+            if !candidate.is_empty() && provenance.holds(&candidate) && !check_ops(&candidate) {
                 keep = candidate;
             } else {
                 start = end;
@@ -266,6 +459,76 @@ fn minimize(ops: &[&Operation]) -> Vec<Operation> {
         chunk /= 2;
     }
     keep.into_iter().cloned().collect()
+}
+
+/// What the operations of one key observed and who could have caused it.
+struct Provenance {
+    /// Values some operation of the full history writes.
+    written: HashSet<String>,
+    /// Whether the full history has an operation that can remove the key.
+    has_remover: bool,
+}
+
+/// The value an operation observed (Some(None) = observed the key absent), if any.
+fn observed(o: &Operation) -> Option<Option<&String>> {
+    match (&o.op, &o.output) {
+        (KvOp::Get { .. }, Some(KvOutput::Value(v))) => Some(v.as_ref()),
+        (KvOp::Cas { .. }, Some(KvOutput::Cas { current, .. })) => Some(current.as_ref()),
+        (KvOp::Delete { .. }, Some(KvOutput::Deleted(false))) => Some(None),
+        _ => None,
+    }
+}
+
+/// The value an operation may write (Some(None) = it may remove the key).
+fn writes(o: &Operation) -> Option<Option<&String>> {
+    if o.is_rejected() {
+        return None;
+    }
+    match &o.op {
+        KvOp::Put { value, .. } => Some(Some(value)),
+        KvOp::Cas { new, .. } => Some(new.as_ref()),
+        KvOp::Delete { .. } => Some(None),
+        KvOp::Get { .. } | KvOp::Rich { .. } => None,
+    }
+}
+
+impl Provenance {
+    fn of(ops: &[&Operation]) -> Provenance {
+        let mut written = HashSet::new();
+        let mut has_remover = false;
+        for o in ops {
+            match writes(o) {
+                Some(Some(v)) => {
+                    written.insert(v.clone());
+                }
+                Some(None) => has_remover = true,
+                None => {}
+            }
+        }
+        Provenance { written, has_remover }
+    }
+
+    fn holds(&self, ops: &[&Operation]) -> bool {
+        let mut written: HashSet<&String> = HashSet::new();
+        let mut remover = false;
+        let mut first_write = u64::MAX;
+        for o in ops {
+            match writes(o) {
+                Some(Some(v)) => {
+                    written.insert(v);
+                    first_write = first_write.min(o.call);
+                }
+                Some(None) => remover = true,
+                None => {}
+            }
+        }
+        ops.iter().all(|o| match observed(o) {
+            Some(Some(v)) => written.contains(v) || !self.written.contains(v),
+            // Absent after a write needs something that removes the key.
+            Some(None) => remover || !self.has_remover || o.ret.is_none_or(|r| r < first_write),
+            None => true,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -384,6 +647,139 @@ mod tests {
         let err = check(&h).unwrap_err();
         assert_eq!(err.key, "k");
         assert_eq!(err.slice.len(), 1, "a read of a never-written value is a violation alone");
+    }
+
+    #[test]
+    fn minimizing_keeps_the_writes_a_remaining_read_depends_on() {
+        // A stale read: b was written (and acknowledged) before the last read, which still
+        // sees a. Dropping put(a) would leave "read a value nobody wrote" as the reason.
+        let h =
+            hist(vec![put(1, "a", 0, 10), get(2, Some("a"), 20, 30), put(1, "b", 40, 50), get(2, Some("a"), 60, 70)]);
+        let v = check(&h).unwrap_err();
+        let shown: Vec<String> = v.slice.iter().map(|o| o.to_string()).collect();
+        assert!(
+            v.slice.iter().any(|o| o.op == KvOp::Put { key: "k".into(), value: "a".into() }),
+            "the write of a must stay: {shown:?}"
+        );
+        assert!(v.slice.iter().any(|o| o.op == KvOp::Put { key: "k".into(), value: "b".into() }), "{shown:?}");
+        assert_eq!(v.slice.len(), 3, "{shown:?}");
+        // The slice is itself a violation, and every write it reads from is in it.
+        let refs: Vec<&Operation> = v.slice.iter().collect();
+        assert!(!check_ops(&refs));
+        // A read of "absent" after a write keeps the delete that explains absence.
+        let del = op(3, KvOp::Delete { key: "k".into() }, 12, Some(15), Some(KvOutput::Deleted(true)));
+        let h = hist(vec![put(1, "a", 0, 10), del, get(2, None, 20, 30), put(1, "b", 40, 50), get(2, None, 60, 70)]);
+        let v = check(&h).unwrap_err();
+        assert!(v.slice.iter().any(|o| matches!(o.op, KvOp::Delete { .. })), "{:?}", v.slice);
+        // A read of a value nobody ever wrote is still a violation of one operation.
+        let h = hist(vec![put(1, "a", 0, 10), get(2, Some("zz"), 20, 30)]);
+        assert_eq!(check(&h).unwrap_err().slice.len(), 1);
+    }
+
+    fn rich(c: u64, op: Op, stamp: u64, call: u64, ret: u64, out: OpResult) -> Operation {
+        Operation {
+            client: c,
+            op: KvOp::Rich { op, stamp: Some(stamp) },
+            call,
+            ret: Some(ret),
+            output: Some(KvOutput::Result(out)),
+        }
+    }
+    fn bs(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn lists_transactions_and_multi_key_ops_are_checked_against_the_state_machine() {
+        let push = |v: &str| Op::ListPush { key: bs("l"), values: vec![bs(v)], left: false, only_existing: false };
+        let range = Op::ListRange { key: bs("l"), start: 0, stop: -1 };
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| bs(v)).collect()));
+        // Two concurrent pushes, then a range: either order, but both present.
+        let ok = vec![
+            rich(1, push("a"), 11, 0, 10, OpResult::Int(1)),
+            rich(2, push("b"), 12, 0, 10, OpResult::Int(2)),
+            rich(3, range.clone(), 13, 20, 30, items(&["a", "b"])),
+        ];
+        assert!(check(&hist(ok)).is_ok());
+        // A range that misses an acknowledged push (a lost write).
+        let lost = vec![
+            rich(1, push("a"), 11, 0, 10, OpResult::Int(1)),
+            rich(2, push("b"), 12, 0, 10, OpResult::Int(2)),
+            rich(3, range.clone(), 13, 20, 30, items(&["a"])),
+        ];
+        let v = check(&hist(lost)).unwrap_err();
+        assert_eq!(v.key, "l");
+        // A pop may not return an element twice.
+        let pop = Op::ListPop { key: bs("l"), left: true, count: None };
+        let twice = vec![
+            rich(1, push("a"), 11, 0, 10, OpResult::Int(1)),
+            rich(2, pop.clone(), 12, 20, 30, OpResult::Value(Some(bs("a")))),
+            rich(3, pop, 13, 20, 30, OpResult::Value(Some(bs("a")))),
+        ];
+        assert!(check(&hist(twice)).is_err());
+        // MSET is atomic: a concurrent MGET sees both keys old or both new, not a mix.
+        let mset = Op::MultiPut { pairs: vec![(bs("x"), bs("1")), (bs("y"), bs("1"))] };
+        let mget = Op::MultiGet { keys: vec![bs("x"), bs("y")] };
+        let torn = vec![
+            rich(1, mset.clone(), 21, 0, 100, OpResult::Done),
+            rich(2, mget.clone(), 22, 10, 20, OpResult::Values(vec![Some(bs("1")), None])),
+        ];
+        assert!(check(&hist(torn)).is_err());
+        let whole = vec![
+            rich(1, mset, 21, 0, 100, OpResult::Done),
+            rich(2, mget, 22, 10, 20, OpResult::Values(vec![Some(bs("1")), Some(bs("1"))])),
+        ];
+        assert!(check(&hist(whole)).is_ok());
+        // INCRBY read-modify-writes: two acknowledged +1 from 0 cannot both return 1.
+        let incr = Op::IncrBy { key: bs("n"), by: 1 };
+        let h = vec![rich(1, incr.clone(), 31, 0, 10, OpResult::Int(1)), rich(2, incr, 32, 0, 10, OpResult::Int(1))];
+        assert!(check(&hist(h)).is_err());
+    }
+
+    #[test]
+    fn watch_aborts_iff_a_watched_key_changed() {
+        let versions = Op::Versions { keys: vec![bs("w")] };
+        let put = |v: &str| Op::Put { key: bs("w"), value: bs(v) };
+        let multi = |watch: u64| Op::Multi { ops: vec![put("m")], watch: vec![(bs("w"), watch)] };
+        // put (stamp 5) -> versions sees 5 -> another put (stamp 6) completes -> EXEC must abort.
+        let base = vec![
+            rich(1, put("a"), 5, 0, 10, OpResult::Done),
+            rich(2, versions.clone(), 7, 20, 30, OpResult::Versions(vec![5])),
+            rich(1, put("b"), 6, 40, 50, OpResult::Done),
+        ];
+        let mut executed = base.clone();
+        executed.push(rich(2, multi(5), 8, 60, 70, OpResult::Multi(Some(vec![OpResult::Done]))));
+        assert!(check(&hist(executed)).is_err(), "EXEC ran although the watched key changed");
+        let mut aborted = base.clone();
+        aborted.push(rich(2, multi(5), 8, 60, 70, OpResult::Multi(None)));
+        assert!(check(&hist(aborted)).is_ok());
+        // Versions must name the last writer's stamp.
+        let wrong = vec![
+            rich(1, put("a"), 5, 0, 10, OpResult::Done),
+            rich(2, versions, 7, 20, 30, OpResult::Versions(vec![99])),
+        ];
+        assert!(check(&hist(wrong)).is_err());
+    }
+
+    #[test]
+    fn scans_join_the_keys_of_their_range() {
+        let scan = Op::Scan { start: bs("g1:"), end: bs("g1;"), limit: 0 };
+        let put = |k: &str, v: &str| Op::Put { key: bs(k), value: bs(v) };
+        // A scan after both puts completed must see both.
+        let h = vec![
+            rich(1, put("g1:0", "a"), 1, 0, 10, OpResult::Done),
+            rich(2, put("g1:1", "b"), 2, 0, 10, OpResult::Done),
+            rich(3, put("g2:0", "z"), 3, 0, 10, OpResult::Done),
+            rich(4, scan.clone(), 4, 20, 30, OpResult::Scan(vec![(bs("g1:0"), bs("a"))])),
+        ];
+        assert!(check(&hist(h)).is_err());
+        let h = vec![
+            rich(1, put("g1:0", "a"), 1, 0, 10, OpResult::Done),
+            rich(2, put("g1:1", "b"), 2, 0, 10, OpResult::Done),
+            rich(3, put("g2:0", "z"), 3, 0, 10, OpResult::Done),
+            rich(4, scan, 4, 20, 30, OpResult::Scan(vec![(bs("g1:0"), bs("a")), (bs("g1:1"), bs("b"))])),
+        ];
+        assert!(check(&hist(h)).is_ok());
     }
 
     #[test]

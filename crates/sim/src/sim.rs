@@ -13,9 +13,11 @@
 //! converge within a bounded virtual time.
 //!
 //! The driver contract of `synod_core::protocol` is honoured exactly like the tokio runtime
-//! does: actions execute in order, `Persist` is durable at once (so a later send is safe),
-//! `Persisted` comes back after a storage delay, `Apply` runs the command on the replica's
-//! own `StateMachine` and answers the named client.
+//! does: actions execute in order, `Apply` runs the command on the replica's own
+//! `StateMachine` and answers the named client. Without the storage faults a `Persist` is
+//! durable at once (so a later send is safe) and `Persisted` comes back after a storage
+//! delay; with `storage`/`fsync-error` it is durable when its fsync completes and everything
+//! sent after it waits for that (see [`FaultSet::storage`]).
 
 use crate::history::{History, KvOp, KvOutput, Operation};
 use crate::linearizability;
@@ -57,10 +59,35 @@ pub struct FaultSet {
     /// (within ±`DRIFT_MAX_PPM`) at random moments of the fault phase. Off in `all`: only
     /// for protocols whose correctness claims not to depend on clocks (Nezha).
     pub clock_jump: bool,
+    /// Storage with a volatile and a durable part, as a disk with `fsync = always`: a
+    /// `Persist` is written at once but durable only when its fsync completes (the
+    /// storage-done event, after a random delay; fsyncs complete in order), and everything
+    /// the replica sends or answers after it is held back until then (the driver contract).
+    /// A crash keeps the durable part and a random prefix of the unsynced records, in record
+    /// order (the write-back of the page cache got that far); the record after the prefix
+    /// may be torn, which WAL recovery truncates, so it is lost too.
+    pub storage: bool,
+    /// Now and then an fsync returns an error. The runtime's node loop then stops (a failed
+    /// commit ends the replica; nothing held back is released, see `crates/runtime/src/node.rs`
+    /// `finish_turn`, and the WAL is poisoned): the simulator crashes the replica at that
+    /// moment, keeping a random prefix of the unsynced records (after a failed `fdatasync`
+    /// the kernel may have written some pages or none), and restarts it later.
+    pub fsync_error: bool,
 }
 
-const FAULT_NAMES: &[&str] =
-    &["partition", "crash", "crash-all", "crash-wipe", "loss", "dup", "reorder", "skew", "clock-jump"];
+const FAULT_NAMES: &[&str] = &[
+    "partition",
+    "crash",
+    "crash-all",
+    "crash-wipe",
+    "loss",
+    "dup",
+    "reorder",
+    "skew",
+    "clock-jump",
+    "storage",
+    "fsync-error",
+];
 
 impl FaultSet {
     /// Every fault except `crash-wipe`.
@@ -75,6 +102,8 @@ impl FaultSet {
             reorder: true,
             skew: true,
             clock_jump: false,
+            storage: true,
+            fsync_error: true,
         }
     }
 
@@ -103,10 +132,17 @@ impl FaultSet {
                 "reorder" => f.reorder = true,
                 "skew" => f.skew = true,
                 "clock-jump" => f.clock_jump = true,
+                "storage" => f.storage = true,
+                "fsync-error" => f.fsync_error = true,
                 other => return Err(format!("unknown fault {other:?}; known: all, none, {}", FAULT_NAMES.join(", "))),
             }
         }
         Ok(f)
+    }
+
+    /// Whether `Persist` goes through the volatile/durable storage model.
+    pub fn volatile_storage(&self) -> bool {
+        self.storage || self.fsync_error
     }
 
     /// The canonical comma list (for replay commands).
@@ -121,6 +157,8 @@ impl FaultSet {
             self.reorder,
             self.skew,
             self.clock_jump,
+            self.storage,
+            self.fsync_error,
         ];
         let names: Vec<&str> = FAULT_NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect();
         if names.is_empty() {
@@ -145,6 +183,12 @@ pub struct SimConfig {
     pub ops_per_client: usize,
     /// Size of the key set (small, to force conflicts).
     pub keys: usize,
+    /// The rich workload (`synod check --workload rich`): every operation kind the checker's
+    /// state-machine model covers (lists, INCR, APPEND, multi-key operations, scans,
+    /// MULTI/EXEC with and without WATCH) on groups of 4 keys (`g<G>:<i>`; even groups hold
+    /// strings, odd ones lists); multi-key operations and scans stay inside a group, so
+    /// the checker splits the history by group.
+    pub rich: bool,
     /// The first `readers` clients issue only Gets (lease reads: a client stuck on a write
     /// at a deposed leader never reads from it again; a reader keeps doing so).
     pub readers: usize,
@@ -208,6 +252,7 @@ impl SimConfig {
             clients: None,
             ops_per_client: 30,
             keys: 3,
+            rich: false,
             readers: 0,
             fault_phase: Duration::from_secs(5),
             liveness_timeout: Duration::from_secs(30),
@@ -272,6 +317,11 @@ pub struct RunStats {
     pub crashes: u64,
     /// Times every replica crashed at once (fault `crash-all`).
     pub cluster_crashes: u64,
+    /// Volatile storage: records written but not yet fsynced that crashes lost, crashes
+    /// that left a torn record (truncated by recovery), fsyncs that failed.
+    pub unsynced_lost: u64,
+    pub torn_records: u64,
+    pub fsync_errors: u64,
     pub partitions: u64,
     /// Scripted membership changes that completed.
     pub membership_changes: u64,
@@ -380,6 +430,14 @@ enum Ev {
         incarnation: u64,
         token: u64,
     },
+    /// The fsync of persist number `seq` (volatile storage) completes: it and every earlier
+    /// persist are durable, or the fsync fails.
+    Synced {
+        node: usize,
+        incarnation: u64,
+        seq: u64,
+        token: u64,
+    },
     Snapshot {
         node: usize,
         incarnation: u64,
@@ -426,6 +484,12 @@ enum Ev {
         seq: u64,
     },
     FaultTick,
+    /// Fault `storage`: a crash aimed inside the fsync window of a persist of `node` (it
+    /// alone, or with `crash-all` sometimes the whole cluster: a power loss).
+    StorageCrash {
+        node: usize,
+        incarnation: u64,
+    },
     Restart {
         node: usize,
         incarnation: u64,
@@ -524,6 +588,26 @@ struct Compaction {
     tail: Vec<Bytes>,
 }
 
+/// Something a replica sends or answers (held back behind an unsynced persist).
+enum Out {
+    Send {
+        to: NodeId,
+        msg: Bytes,
+    },
+    Broadcast {
+        msg: Bytes,
+    },
+    Reply {
+        client: ClientRef,
+        reply: Reply,
+    },
+    /// The result of an `Apply`, `Read` or `Speculate` for a client of this replica.
+    ClientReply {
+        conn: u64,
+        reply: Reply,
+    },
+}
+
 /// Every replica's clock starts here, so negative skews stay representable.
 const CLOCK_BASE: i64 = 1_000_000_000_000;
 
@@ -534,6 +618,17 @@ struct Replica {
     sm: StateMachine,
     /// What the replica persisted (survives crashes unless wiped).
     durable: Vec<Bytes>,
+    /// Volatile storage (faults `storage`, `fsync-error`): records written but not yet
+    /// fsynced, with the number of the persist they belong to.
+    volatile: std::collections::VecDeque<(u64, Bytes)>,
+    /// Persists issued and persists known durable (volatile storage).
+    persists: u64,
+    synced: u64,
+    /// When the last fsync in flight completes (fsyncs complete in order).
+    sync_busy_until: u64,
+    /// Outputs pushed after a persist that is not durable yet, with the persist number they
+    /// wait for (the driver contract: "persist, then send").
+    held: std::collections::VecDeque<(u64, Out)>,
     /// A `CompactDurable` being "written": until it completes, `durable` is the content and
     /// persists go to both; a crash forgets it.
     compacting: Option<Compaction>,
@@ -660,6 +755,8 @@ struct Client {
     next_generation: u64,
     /// The last value this client saw per key (CAS expectations come from it).
     seen: BTreeMap<String, Option<String>>,
+    /// Rich workload: versions read by the last `Versions` (a WATCH), for the next MULTI.
+    watch: Option<Vec<(Bytes, u64)>>,
 }
 
 /// During the fault phase a client abandons an operation (indeterminate) after this many
@@ -684,6 +781,11 @@ struct Sim<'a> {
     /// Divides the gaps between faults and the downtime of crashed replicas: a third of the
     /// seeds run a "fault storm" where leaders die moments after being elected.
     fault_intensity: u64,
+    /// Probability that an fsync fails (fault `fsync-error`), drawn per seed.
+    fsync_error_rate: f64,
+    /// Probability that a persist is followed by a crash inside its fsync window (fault
+    /// `storage`), drawn per seed.
+    storage_crash_rate: f64,
     healed: bool,
     deadline: u64,
     client_timeout: u64,
@@ -696,6 +798,9 @@ struct Sim<'a> {
     probes: Vec<Probe>,
     /// Scripted membership changes answered `Done`.
     changes_done: BTreeSet<usize>,
+    /// Rich workload: history index of each (session, seq), to record the stamp of the
+    /// first applied copy of a command (what WATCH versions are made of).
+    hist_of: std::collections::HashMap<(u64, u64), usize>,
 }
 
 /// The connection id of scripted membership requests (no client session uses it).
@@ -773,6 +878,11 @@ impl<'a> Sim<'a> {
                     proto: None,
                     sm: StateMachine::for_order(cfg.protocol.order),
                     durable: Vec::new(),
+                    volatile: Default::default(),
+                    persists: 0,
+                    synced: 0,
+                    sync_busy_until: 0,
+                    held: Default::default(),
                     compacting: None,
                     next_compaction: 0,
                     timers: BTreeMap::new(),
@@ -809,10 +919,13 @@ impl<'a> Sim<'a> {
                     timers: BTreeMap::new(),
                     next_generation: 0,
                     seen: BTreeMap::new(),
+                    watch: None,
                 }
             })
             .collect();
         let fault_intensity = if setup_rng.gen_bool(1.0 / 3.0) { 5 } else { 1 };
+        let fsync_error_rate = if f.fsync_error { setup_rng.gen_range(0.0002..0.002) } else { 0.0 };
+        let storage_crash_rate = if f.storage { setup_rng.gen_range(0.001..0.006) } else { 0.0 };
         let params = if cfg.fuzz_params { fuzz(&cfg.params, &mut setup_rng) } else { cfg.params.clone() };
         let client_timeout = params.election_timeout_max_ms.max(100) * MS;
         let client_cfg = ClientConfig {
@@ -839,6 +952,8 @@ impl<'a> Sim<'a> {
             net,
             fault_rng: derive_rng(cfg.seed, STREAM_FAULTS, 0),
             fault_intensity,
+            fsync_error_rate,
+            storage_crash_rate,
             healed: false,
             deadline: u64::MAX,
             client_timeout,
@@ -849,6 +964,7 @@ impl<'a> Sim<'a> {
             stats: RunStats::default(),
             probes: Vec::new(),
             changes_done: BTreeSet::new(),
+            hist_of: Default::default(),
         }
     }
 
@@ -998,6 +1114,11 @@ impl<'a> Sim<'a> {
                     self.on_replica_event(node, Event::Persisted { token });
                 }
             }
+            Ev::Synced { node, incarnation, seq, token } => {
+                if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_some() {
+                    self.synced(node, seq, token);
+                }
+            }
             Ev::Compacted { node, incarnation, id } => {
                 let r = &mut self.replicas[node];
                 if r.incarnation != incarnation || r.compacting.as_ref().is_none_or(|c| c.id != id) {
@@ -1050,6 +1171,11 @@ impl<'a> Sim<'a> {
             }
             Ev::ClientGiveUp { client, seq } => self.client_give_up(client, seq),
             Ev::FaultTick => self.fault_tick(),
+            Ev::StorageCrash { node, incarnation } => {
+                if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_some() {
+                    self.storage_crash(node);
+                }
+            }
             Ev::Restart { node, incarnation, wipe } => {
                 if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_none() {
                     self.restart(node, wipe);
@@ -1115,13 +1241,25 @@ impl<'a> Sim<'a> {
         let who = format!("n{id}");
         for action in actions {
             match action {
-                Action::Send { to, msg } => self.send(node, to, msg),
-                Action::Broadcast { msg } => {
-                    let view = self.replicas[node].view.clone();
-                    for to in view.unwrap_or_else(|| self.members.clone()) {
-                        if to != id {
-                            self.send(node, to, msg.clone());
-                        }
+                Action::Send { to, msg } => self.emit(node, Out::Send { to, msg }),
+                Action::Broadcast { msg } => self.emit(node, Out::Broadcast { msg }),
+                Action::Persist { token, records } if self.cfg.faults.volatile_storage() => {
+                    // Written now, durable when its fsync completes (in order after the
+                    // fsyncs already in flight); outputs pushed from now on wait for it.
+                    self.log(&who, || format!("persist {token} ({} records, unsynced)", records.len()));
+                    let r = &mut self.replicas[node];
+                    r.persists += 1;
+                    let seq = r.persists;
+                    r.volatile.extend(records.into_iter().map(|b| (seq, b)));
+                    // Never before the fsync in flight (fsyncs complete in order); one that
+                    // would end sooner completes with it (group commit).
+                    let at = (self.now + uniform(&mut self.net.rng, 100 * US, 3 * MS)).max(r.sync_busy_until);
+                    r.sync_busy_until = at;
+                    let incarnation = r.incarnation;
+                    self.schedule(at, Ev::Synced { node, incarnation, seq, token });
+                    if self.cfg.faults.storage && !self.healed && self.fault_rng.gen_bool(self.storage_crash_rate) {
+                        let crash_at = uniform(&mut self.fault_rng, self.now, at);
+                        self.schedule(crash_at, Ev::StorageCrash { node, incarnation });
                     }
                 }
                 Action::Persist { token, records } => {
@@ -1134,10 +1272,17 @@ impl<'a> Sim<'a> {
                     self.storage_done(node, token);
                 }
                 Action::RewriteDurable { token, records } => {
+                    // Atomic and durable when it returns (the WAL fsyncs the new base before
+                    // renaming it into place), in every fsync mode; it supersedes every
+                    // record persisted before it, synced or not.
                     self.log(&who, || format!("rewrite durable {token} ({} records)", records.len()));
                     let r = &mut self.replicas[node];
                     r.compacting = None;
                     r.durable = records;
+                    r.volatile.clear();
+                    r.persists += 1;
+                    r.synced = r.persists;
+                    self.release_held(node);
                     self.storage_done(node, token);
                 }
                 Action::CompactDurable { token, records } => {
@@ -1153,14 +1298,7 @@ impl<'a> Sim<'a> {
                     let at = self.now + uniform(&mut self.net.rng, MS, 20 * MS);
                     self.schedule(at, Ev::Compacted { node, incarnation, id });
                 }
-                Action::Reply { client, reply } => {
-                    self.log(&who, || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
-                    if client.node == id && client.conn == CHANGE_CONN {
-                        self.change_answered(reply);
-                    } else if client.node == id {
-                        self.reply_to_client(node, client.conn, reply);
-                    }
-                }
+                Action::Reply { client, reply } => self.emit(node, Out::Reply { client, reply }),
                 Action::Apply { pos, cmd, reply } => self.apply(node, pos, cmd, reply),
                 Action::Read { client, cmd } => {
                     // A lease read: no position, so no agreement fact; the client's history
@@ -1171,7 +1309,7 @@ impl<'a> Sim<'a> {
                     let result = r.settled().read(&cmd.op);
                     if client.node == id {
                         let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
-                        self.reply_to_client(node, client.conn, reply);
+                        self.emit(node, Out::ClientReply { conn: client.conn, reply });
                     }
                 }
                 Action::Speculate { pos, cmd, reply } => {
@@ -1183,7 +1321,7 @@ impl<'a> Sim<'a> {
                         if client.node == id {
                             let body = ReplyBody::Speculative { view, digest, result: Some(result) };
                             let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body };
-                            self.reply_to_client(node, client.conn, reply);
+                            self.emit(node, Out::ClientReply { conn: client.conn, reply });
                         }
                     }
                 }
@@ -1230,6 +1368,87 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+    }
+
+    /// Send or answer now, or hold it back behind a persist that is not durable yet.
+    fn emit(&mut self, node: usize, out: Out) {
+        let r = &mut self.replicas[node];
+        if r.synced < r.persists {
+            let barrier = r.persists;
+            r.held.push_back((barrier, out));
+        } else {
+            self.release_out(node, out);
+        }
+    }
+
+    fn release_out(&mut self, node: usize, out: Out) {
+        let id = self.replicas[node].id;
+        match out {
+            Out::Send { to, msg } => self.send(node, to, msg),
+            Out::Broadcast { msg } => {
+                let view = self.replicas[node].view.clone();
+                for to in view.unwrap_or_else(|| self.members.clone()) {
+                    if to != id {
+                        self.send(node, to, msg.clone());
+                    }
+                }
+            }
+            Out::Reply { client, reply } => {
+                self.log(&format!("n{id}"), || format!("reply -> c{} seq={} {:?}", client.conn, reply.seq, reply.body));
+                if client.node == id && client.conn == CHANGE_CONN {
+                    self.change_answered(reply);
+                } else if client.node == id {
+                    self.reply_to_client(node, client.conn, reply);
+                }
+            }
+            Out::ClientReply { conn, reply } => self.reply_to_client(node, conn, reply),
+        }
+    }
+
+    /// Let out what waited for persists that are durable now, in order.
+    fn release_held(&mut self, node: usize) {
+        loop {
+            let r = &mut self.replicas[node];
+            match r.held.front() {
+                Some(&(barrier, _)) if barrier <= r.synced => {
+                    let (_, out) = r.held.pop_front().expect("front exists");
+                    self.release_out(node, out);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// The fsync of persist `seq` completed (or failed, with the `fsync-error` fault).
+    fn synced(&mut self, node: usize, seq: u64, token: u64) {
+        let id = self.replicas[node].id;
+        if self.cfg.faults.fsync_error && !self.healed && self.replicas[node].synced < seq {
+            let rate = self.fsync_error_rate;
+            if self.fault_rng.gen_bool(rate) {
+                self.stats.fsync_errors += 1;
+                self.log(&format!("n{id}"), || format!("FSYNC ERROR on persist {token}: the replica stops"));
+                self.crash(node);
+                let k = self.fault_intensity;
+                let at = self.now + uniform(&mut self.fault_rng, 50 * MS / k, 1000 * MS / k);
+                let incarnation = self.replicas[node].incarnation;
+                self.schedule(at, Ev::Restart { node, incarnation, wipe: false });
+                return;
+            }
+        }
+        let r = &mut self.replicas[node];
+        if seq > r.synced {
+            r.synced = seq;
+            while r.volatile.front().is_some_and(|(s, _)| *s <= seq) {
+                let (_, rec) = r.volatile.pop_front().expect("front exists");
+                if let Some(c) = r.compacting.as_mut() {
+                    c.tail.push(rec.clone());
+                }
+                r.durable.push(rec);
+            }
+        }
+        self.log(&format!("n{id}"), || format!("persisted {token} (fsync)"));
+        self.release_held(node);
+        self.on_replica_event(node, Event::Persisted { token });
     }
 
     fn storage_done(&mut self, node: usize, token: u64) {
@@ -1280,6 +1499,13 @@ impl<'a> Sim<'a> {
                 self.chosen.insert(pos, (id, cmd.clone()));
             }
         }
+        if self.cfg.rich {
+            if let Some(&h) = self.hist_of.get(&(cmd.client, cmd.seq)) {
+                if let KvOp::Rich { stamp: stamp @ None, .. } = &mut self.history[h].op {
+                    *stamp = Some(synod_core::session::command_stamp(cmd.client, cmd.seq, cmd.now_ms));
+                }
+            }
+        }
         if !self.replicas[node].applied.insert(pos) {
             self.fail(FailureKind::DoubleApply, format!("n{id} applied position {pos} twice"));
             return;
@@ -1289,7 +1515,7 @@ impl<'a> Sim<'a> {
         if let Some(c) = reply {
             if c.node == id {
                 let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
-                self.reply_to_client(node, c.conn, reply);
+                self.emit(node, Out::ClientReply { conn: c.conn, reply });
             }
         }
     }
@@ -1376,6 +1602,33 @@ impl<'a> Sim<'a> {
         self.schedule(at, Ev::FaultTick);
     }
 
+    /// A crash while `node` has unsynced records: the whole cluster (with `crash-all`, half
+    /// of the time, when every replica is up) or this replica alone (if a minority
+    /// stays up).
+    fn storage_crash(&mut self, node: usize) {
+        if self.healed || self.replicas[node].volatile.is_empty() {
+            return;
+        }
+        let n = self.replicas.len();
+        let k = self.fault_intensity;
+        let whole = self.cfg.faults.crash_all && self.crashed() == 0 && self.fault_rng.gen_bool(0.5);
+        let victims: Vec<usize> = if whole {
+            self.stats.cluster_crashes += 1;
+            self.log("sim", || "WHOLE-CLUSTER CRASH (power loss during an fsync)".into());
+            (0..n).collect()
+        } else if self.crashed() < (n - 1) / 2 {
+            vec![node]
+        } else {
+            return;
+        };
+        for v in victims {
+            self.crash(v);
+            let at = self.now + uniform(&mut self.fault_rng, 50 * MS / k, 2000 * MS / k);
+            let incarnation = self.replicas[v].incarnation;
+            self.schedule(at, Ev::Restart { node: v, incarnation, wipe: false });
+        }
+    }
+
     fn new_partition(&mut self, n: usize) {
         self.net.cut.clear();
         self.net.client_cut.clear();
@@ -1428,7 +1681,32 @@ impl<'a> Sim<'a> {
 
     fn crash(&mut self, node: usize) {
         self.stats.crashes += 1;
+        // Volatile storage: the page cache reached the disk up to a random record; the one
+        // after it may be torn (WAL recovery truncates it), the rest is gone.
+        let unsynced = self.replicas[node].volatile.len();
+        if unsynced > 0 {
+            let kept = self.fault_rng.gen_range(0..=unsynced);
+            let torn = kept < unsynced && self.fault_rng.gen_bool(0.5);
+            let r = &mut self.replicas[node];
+            let survivors: Vec<Bytes> = r.volatile.drain(..).take(kept).map(|(_, b)| b).collect();
+            r.durable.extend(survivors);
+            self.stats.unsynced_lost += (unsynced - kept) as u64;
+            self.stats.torn_records += u64::from(torn);
+            let id = r.id;
+            self.log(&format!("n{id}"), || {
+                format!(
+                    "crash loses {} of {unsynced} unsynced records{}",
+                    unsynced - kept,
+                    if torn { " (the first of them torn)" } else { "" }
+                )
+            });
+        }
         let r = &mut self.replicas[node];
+        r.volatile.clear();
+        r.held.clear();
+        r.persists = 0;
+        r.synced = 0;
+        r.sync_busy_until = 0;
         r.proto = None;
         r.timers.clear();
         r.compacting = None;
@@ -1605,7 +1883,9 @@ impl<'a> Sim<'a> {
         let key = format!("k{}", c.rng.gen_range(0..keys));
         let unique = format!("c{ci}.{seq}");
         let roll = c.rng.gen_range(0..100);
-        let kv = if roll < 35 || ci < self.cfg.readers {
+        let kv = if self.cfg.rich {
+            KvOp::Rich { op: rich_op(c, ci, seq, keys), stamp: None }
+        } else if roll < 35 || ci < self.cfg.readers {
             KvOp::Get { key }
         } else if roll < 65 {
             KvOp::Put { key, value: unique }
@@ -1628,11 +1908,15 @@ impl<'a> Sim<'a> {
             KvOp::Cas { key, expect, new } => {
                 Op::Cas { key: b(key), expect: expect.as_deref().map(b), new: new.as_deref().map(b) }
             }
+            KvOp::Rich { op, .. } => op.clone(),
         };
         // One operation outstanding per session: every earlier request has its answer (or
         // was abandoned), so the state machine may forget all results below `seq`.
         let cmd = Command { client: c.session, seq, acked_below: seq, now_ms: 0, op };
         let hist = self.history.len();
+        if self.cfg.rich {
+            self.hist_of.insert((c.session, seq), hist);
+        }
         self.history.push(Operation { client: c.session, op: kv, call: self.now, ret: None, output: None });
         c.pending = Some(Pending { seq, cmd: cmd.clone(), hist });
         let text = self.history[hist].op_text();
@@ -1754,6 +2038,31 @@ impl<'a> Sim<'a> {
         let op = &mut self.history[p.hist];
         let s = |v: Option<Bytes>| v.map(|b| String::from_utf8_lossy(&b).into_owned());
         let output = match (&op.op, result) {
+            (KvOp::Rich { .. }, OpResult::Error(e)) if e.starts_with("stale request") => {
+                self.log(&format!("c{ci}"), || format!("seq={} answered with error {e:?}", p.seq));
+                self.next_op_later(ci);
+                return;
+            }
+            (KvOp::Rich { op: rich, .. }, result) => {
+                let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+                let c = &mut self.clients[ci];
+                match (rich, &result) {
+                    (Op::Versions { keys }, OpResult::Versions(vs)) => {
+                        c.watch = Some(keys.iter().cloned().zip(vs.iter().copied()).collect());
+                    }
+                    (Op::Get { key }, OpResult::Value(v)) => {
+                        c.seen.insert(text(key), v.as_ref().map(text));
+                    }
+                    (Op::Put { key, value }, _) => {
+                        c.seen.insert(text(key), Some(text(value)));
+                    }
+                    _ => {}
+                }
+                op.ret = Some(now);
+                op.output = Some(KvOutput::Result(result));
+                self.next_op_later(ci);
+                return;
+            }
             (KvOp::Get { .. }, OpResult::Value(v)) => KvOutput::Value(s(v)),
             (KvOp::Put { .. }, OpResult::Done) => KvOutput::Done,
             (KvOp::Delete { .. }, OpResult::Deleted(b)) => KvOutput::Deleted(b),
@@ -1785,6 +2094,71 @@ impl<'a> Sim<'a> {
     }
 }
 
+/// One operation of the rich workload (see [`SimConfig::rich`]).
+fn rich_op(c: &mut Client, ci: usize, seq: u64, keys: usize) -> Op {
+    let groups = (keys / 4).max(1) as u64;
+    let g = c.rng.gen_range(0..groups);
+    let key = |i: u64| Bytes::from(format!("g{g}:{i}"));
+    let unique = Bytes::from(format!("c{ci}.{seq}"));
+    let rng = &mut c.rng;
+    let roll = rng.gen_range(0..100);
+    if g % 2 == 1 {
+        // A group of lists.
+        let k = key(rng.gen_range(0..4));
+        let other = key(rng.gen_range(0..4));
+        let left = rng.gen_bool(0.5);
+        return match roll {
+            0..25 => Op::ListPush { key: k, values: vec![unique], left, only_existing: false },
+            25..40 => Op::ListPop { key: k, left, count: rng.gen_bool(0.3).then_some(2) },
+            40..55 => Op::ListRange { key: k, start: 0, stop: -1 },
+            55..62 => Op::ListLen { key: k },
+            62..70 => Op::ListIndex { key: k, index: rng.gen_range(-2..2) },
+            70..80 => Op::ListMove { from: k, to: other, from_left: left, to_left: rng.gen_bool(0.5) },
+            80..85 => Op::Delete { key: k },
+            85..92 => Op::Multi {
+                ops: vec![
+                    Op::ListPush { key: k, values: vec![unique], left, only_existing: false },
+                    Op::ListPop { key: other, left: !left, count: None },
+                ],
+                watch: Vec::new(),
+            },
+            _ => Op::Scan { start: Bytes::from(format!("g{g}:")), end: Bytes::from(format!("g{g};")), limit: 0 },
+        };
+    }
+    // A group of strings; key 3 is a counter (INCRBY), the others take unique values.
+    let k = key(rng.gen_range(0..3));
+    let k2 = key(rng.gen_range(0..3));
+    let counter = key(3);
+    if let Some(watch) = c.watch.take() {
+        // MULTI/EXEC after a WATCH of the keys read by the last `Versions`.
+        let target = watch.first().map(|(k, _)| k.clone()).unwrap_or(k);
+        return Op::Multi {
+            ops: vec![Op::Put { key: target, value: unique }, Op::IncrBy { key: counter, by: 1 }],
+            watch,
+        };
+    }
+    let expect = c.seen.get(&String::from_utf8_lossy(&k).into_owned()).cloned().flatten().map(Bytes::from);
+    match roll {
+        0..15 => Op::Get { key: if rng.gen_bool(0.8) { k } else { counter } },
+        15..27 => Op::Put { key: k, value: unique },
+        27..31 => Op::Delete { key: if rng.gen_bool(0.7) { k } else { counter } },
+        31..38 => Op::Cas { key: k, expect, new: Some(unique) },
+        38..46 => Op::IncrBy { key: counter, by: rng.gen_range(1..5) },
+        46..50 => Op::Append { key: k, value: unique },
+        50..57 => Op::MultiGet { keys: vec![k, k2, counter] },
+        57..62 => Op::MultiPut { pairs: vec![(k, unique.clone()), (k2, Bytes::from(format!("{}m", ci)))] },
+        62..65 => Op::MultiDelete { keys: vec![k, k2] },
+        65..68 => Op::Exists { keys: vec![k, k2, counter] },
+        68..74 => Op::Scan { start: Bytes::from(format!("g{g}:")), end: Bytes::from(format!("g{g};")), limit: 0 },
+        74..82 => Op::Multi {
+            ops: vec![Op::Put { key: k, value: unique }, Op::IncrBy { key: counter, by: 1 }, Op::Get { key: k2 }],
+            watch: Vec::new(),
+        },
+        82..90 => Op::Versions { keys: if rng.gen_bool(0.5) { vec![k] } else { vec![k, counter] } },
+        _ => Op::Strlen { key: k },
+    }
+}
+
 impl Operation {
     fn op_text(&self) -> String {
         match &self.op {
@@ -1792,6 +2166,7 @@ impl Operation {
             KvOp::Put { key, value } => format!("put {key}={value}"),
             KvOp::Delete { key } => format!("delete {key}"),
             KvOp::Cas { key, expect, new } => format!("cas {key} {expect:?}->{new:?}"),
+            KvOp::Rich { op, .. } => format!("{op:?}"),
         }
     }
 }
