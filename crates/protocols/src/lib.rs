@@ -102,6 +102,14 @@ pub mod mutants {
             build: crate::epaxos::mutants::build_small_fast_quorum,
         },
         ProtocolInfo {
+            name: "epaxos-no-try-pre-accept",
+            description: "EPaxos with the optimized fast quorum (3 of 5) but the basic recovery: a fast-path tuple seen by fewer than F recovering replicas is ordered again instead of tried (TryPreAccept, §4.4)",
+            client: home_policy,
+            order: Order::Partial,
+            tolerates: crate::registry::minority,
+            build: crate::epaxos::mutants::build_no_try_pre_accept,
+        },
+        ProtocolInfo {
             name: "crossword-short-quorum",
             description: "Crossword committing with q - 1 acceptances (q + c = n, violating C4): caught when f servers crash after a commit",
             client: leader_policy,

@@ -1,6 +1,6 @@
 //! The commit protocol of Fig. 2: Phase 1 (PreAccept), Phase 2 (Paxos-Accept), Commit.
 
-use super::conflicts::interfere;
+use super::conflicts::{interfere, related_batches};
 use super::msg::{Attrs, InstId, Msg, Phase};
 use super::{Epaxos, Lead, Step, MAX_BATCH_BYTES};
 use synod_core::batch::Pending;
@@ -41,7 +41,9 @@ impl Epaxos {
         self.persist(ctx, id);
         self.proposed.insert(index, batch);
         self.unsettled.insert(id, ctx.now);
-        let step = Step::PreAccept { replies: Default::default(), fast: true, to_all: false, merged: attrs.clone() };
+        let deps_ok = !self.try_pre_accept || self.deps_committed(id, &cmds, &attrs);
+        let step =
+            Step::PreAccept { replies: Default::default(), fast: true, to_all: false, merged: attrs.clone(), deps_ok };
         self.leads.insert(id, Lead { ballot, step, since: ctx.now });
         let msg = Msg::PreAccept { ballot, inst: id, cmds, attrs };
         for peer in self.fast_peers(ctx.now) {
@@ -99,17 +101,19 @@ impl Epaxos {
             // A retransmission: answer what we answered (an accept at this ballot is newer).
             if phase == Phase::PreAccepted {
                 let attrs = self.inst(id).expect("known").attrs.clone();
-                ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs, changed: true });
+                let committed_deps = false;
+                ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs, changed: true, committed_deps });
             }
             return;
         }
         let mut updated = attrs.clone();
         updated.merge(&self.conflicts.attrs_for(&cmds));
         let changed = updated != attrs;
+        let committed_deps = self.try_pre_accept && self.deps_committed(id, &cmds, &updated);
         self.vote(id, ballot, Phase::PreAccepted, cmds, updated.clone());
         self.saw(id, ctx.now);
         self.persist(ctx, id);
-        ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs: updated, changed });
+        ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs: updated, changed, committed_deps });
     }
 
     /// Lines 10–15 (a reply arrived).
@@ -120,26 +124,31 @@ impl Epaxos {
         ballot: Ballot,
         id: InstId,
         attrs: Attrs,
+        committed_deps: bool,
     ) {
         let n = self.n();
         let Some(lead) = self.leads.get_mut(&id) else { return };
         if lead.ballot != ballot || attrs.deps.len() != n {
             return;
         }
-        let Step::PreAccept { replies, merged, .. } = &mut lead.step else { return };
+        let Step::PreAccept { replies, merged, deps_ok, .. } = &mut lead.step else { return };
+        *deps_ok &= committed_deps;
         merged.merge(&attrs);
         replies.insert(from, attrs);
         self.check_pre_accept(ctx, id);
     }
 
     /// Line 10: commit on the fast path if the whole fast quorum answered with identical
-    /// attributes; otherwise, once a majority answered, lines 13–15: the slow path with the
+    /// attributes (and, with the optimized quorum below 2F, every one of them and the leader
+    /// had each related dependency committed: §4.4's condition that keeps the recovery's seq
+    /// test sound); otherwise, once a majority answered, lines 13–15: the slow path with the
     /// union.
     pub(super) fn check_pre_accept(&mut self, ctx: &mut Ctx<'_>, id: InstId) {
         let fast_needed = self.fast_quorum.saturating_sub(1);
         let slow_needed = self.slow_replies();
         let Some(lead) = self.leads.get(&id) else { return };
-        let Step::PreAccept { replies, fast, merged, .. } = &lead.step else { return };
+        let Step::PreAccept { replies, fast, merged, deps_ok, .. } = &lead.step else { return };
+        let fast = &(*fast && (*deps_ok || !self.try_pre_accept));
         let ballot = lead.ballot;
         let first = replies.values().next();
         let same = replies.values().all(|a| Some(a) == first);
@@ -343,8 +352,51 @@ impl Epaxos {
                         ctx.send(p, &Msg::Prepare { ballot, inst: id });
                     }
                 }
+                Step::TryPreAccept(t) => {
+                    t.tries += 1;
+                    if t.tries > 3 {
+                        // Not enough answers: give the instance up for now (a later Explicit
+                        // Prepare sees the replicas that pre-accepted the tuple meanwhile).
+                        self.leads.remove(&id);
+                        self.unsettled.insert(id, now);
+                    } else {
+                        let msg = Msg::TryPreAccept { ballot, inst: id, cmds: t.cmds.clone(), attrs: t.attrs.clone() };
+                        for p in t.targets.difference(&t.answered) {
+                            ctx.send(*p, &msg);
+                        }
+                    }
+                }
             }
         }
+    }
+}
+
+impl Epaxos {
+    /// §4.4's fast-path condition, as this replica sees it: every instance it knows within
+    /// `attrs.deps` and related to `cmds` is committed here (so its seq is final, and a
+    /// recovery that finds it with a seq at least `attrs.seq` knows the fast path was not
+    /// taken). Conservative: an instance whose command is unknown, or a long uncommitted
+    /// range, counts as not committed.
+    pub(super) fn deps_committed(&self, id: InstId, cmds: &[Command], attrs: &Attrs) -> bool {
+        for (p, insts) in self.insts.iter().enumerate() {
+            let lo = self.committed_upto[p] + 1;
+            let hi = attrs.deps.get(p).copied().unwrap_or(0);
+            if lo > hi {
+                continue;
+            }
+            for (seen, (&index, d)) in insts.range(lo..=hi).enumerate() {
+                if seen >= 1024 {
+                    return false;
+                }
+                if (InstId { space: self.members[p], index }) == id || d.phase == Phase::Committed {
+                    continue;
+                }
+                if d.phase == Phase::None || related_batches(&d.cmds, cmds) {
+                    return false;
+                }
+            }
+        }
+        true
     }
 }
 
