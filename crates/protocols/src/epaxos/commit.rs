@@ -112,6 +112,7 @@ impl Epaxos {
         let committed_deps = self.try_pre_accept && self.deps_committed(id, &cmds, &updated);
         self.vote(id, ballot, Phase::PreAccepted, cmds, updated.clone());
         self.saw(id, ctx.now);
+        self.defer_takeover(id, ctx.now);
         self.persist(ctx, id);
         ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs: updated, changed, committed_deps });
     }
@@ -201,6 +202,7 @@ impl Epaxos {
         }
         self.vote(id, ballot, Phase::Accepted, cmds, attrs);
         self.saw(id, ctx.now);
+        self.defer_takeover(id, ctx.now);
         self.persist(ctx, id);
         ctx.send(from, &Msg::AcceptOk { ballot, inst: id });
     }
@@ -319,8 +321,9 @@ impl Epaxos {
     /// from the whole fast quorum falls back to every replica and the slow path (§6.2).
     pub(super) fn retransmit(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
+        let wait = self.retry_wait(now);
         let due: Vec<InstId> =
-            self.leads.iter().filter(|(_, l)| now.since(l.since) >= self.retry).map(|(id, _)| *id).collect();
+            self.leads.iter().filter(|(_, l)| now.since(l.since) >= wait).map(|(id, _)| *id).collect();
         let peers: Vec<NodeId> = self.members.iter().copied().filter(|&m| m != self.id).collect();
         for id in due {
             let Some(inst) = self.inst(id) else { continue };
@@ -372,6 +375,36 @@ impl Epaxos {
 }
 
 impl Epaxos {
+    /// How long a lead waits before it retransmits (and a thrifty PreAccept gives up the
+    /// fast path): `retry_ms`, or one and a half times the slowest round trip measured to a
+    /// live peer if that is longer — in the wide area a fast quorum's replies take longer
+    /// than `retry_ms` (found with the 5-site Fig. 4 scenario: with 220 ms round trips every
+    /// command from the farthest site gave up its fast path).
+    pub(super) fn retry_wait(&self, now: synod_core::Time) -> std::time::Duration {
+        let silent_after = self.params.heartbeat() * 3;
+        let slowest = self
+            .rtt
+            .iter()
+            .filter(|(p, _)| self.heard.get(p).is_some_and(|t| now.since(*t) <= silent_after))
+            .map(|(_, r)| *r)
+            .max()
+            .unwrap_or_default();
+        self.retry.max(slowest * 3 / 2)
+    }
+
+    /// Somebody else is working on instance `id` (its command leader or a recovering
+    /// replica sent a message for it at a ballot we accept): restart the wait before this
+    /// replica takes it over. Without this, at wide-area round trips (a recovery takes three
+    /// of them, longer than the takeover timeout) replicas took the same instances over from
+    /// each other with ever higher ballots and nobody finished them: execution stopped on
+    /// every replica (the 5-site 100%-interference stall of the Fig. 4 runs).
+    pub(super) fn defer_takeover(&mut self, id: InstId, now: synod_core::Time) {
+        if let Some(since) = self.unsettled.get_mut(&id) {
+            *since = now;
+        }
+        self.takeover_at.remove(&id);
+    }
+
     /// §4.4's fast-path condition, as this replica sees it: every instance it knows within
     /// `attrs.deps` and related to `cmds` is committed here (so its seq is final, and a
     /// recovery that finds it with a seq at least `attrs.seq` knows the fast path was not

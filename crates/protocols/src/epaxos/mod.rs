@@ -19,9 +19,11 @@
 //!   chosen and finishes it (the command, or a no-op if nobody saw it).
 //!
 //! Quorums (§4.4, NOTES.md): the slow path needs F+1 of N = 2F+1. The fast quorum is the
-//! optimized F + ⌊(F+1)/2⌋ (`fast_quorum=optimized`) or the basic 2F (`fast_quorum=basic`).
-//! Both are 2 for N = 3. For N ≥ 5 the optimized quorum needs the TryPreAccept recovery of
-//! §4.4, which is not implemented yet: there only `basic` is accepted (and is the default).
+//! optimized F + ⌊(F+1)/2⌋ (`fast_quorum=optimized`, the default, as in the paper's
+//! evaluation) or the basic 2F (`fast_quorum=basic`). Both are 2 for N = 3. For N ≥ 5 the
+//! optimized quorum (3 of 5) comes with the TryPreAccept recovery of §4.4 ([`recovery`]) and
+//! §4.4's condition on the fast path (the leader and every reply must have each related
+//! dependency committed), which keeps the recovery's seq test sound.
 //!
 //! Choices where the paper leaves room, and deviations:
 //! - **thrifty** (§6.2, as in the paper's evaluation): PreAccepts go only to the fast quorum,
@@ -55,8 +57,7 @@
 //!   every committed command from an empty state machine and finishes its own unfinished
 //!   instances through Explicit Prepare.
 //!
-//! Not yet: membership changes (§4.7's epochs), the optimized recovery with TryPreAccept,
-//! non-thrifty fast paths with the "unchanged attributes" rule, and the §4.9 priority of old
+//! Not yet: membership changes (§4.7's epochs), non-thrifty fast paths with the "unchanged attributes" rule, and the §4.9 priority of old
 //! commands over new ones.
 
 pub mod msg;
@@ -441,7 +442,9 @@ impl Epaxos {
             }
             Msg::Prepare { ballot, inst } => self.on_prepare(ctx, from, ballot, inst),
             Msg::PrepareOk { ballot, inst, state } => self.on_prepare_ok(ctx, from, ballot, inst, state),
-            Msg::TryPreAccept { ballot, inst, cmds, attrs } => self.on_try_pre_accept(ctx, from, ballot, inst, cmds, attrs),
+            Msg::TryPreAccept { ballot, inst, cmds, attrs } => {
+                self.on_try_pre_accept(ctx, from, ballot, inst, cmds, attrs)
+            }
             Msg::TryPreAcceptReply { ballot, inst, outcome } => {
                 self.on_try_pre_accept_reply(ctx, from, ballot, inst, outcome)
             }
@@ -669,7 +672,9 @@ impl Protocol for Epaxos {
             Ok(Msg::PreAcceptOk { ballot, inst, attrs: a, changed, committed_deps }) => {
                 format!("PreAcceptOk {inst} b={ballot} {} changed={changed} committed_deps={committed_deps}", attrs(&a))
             }
-            Ok(Msg::TryPreAccept { ballot, inst, attrs: a, .. }) => format!("TryPreAccept {inst} b={ballot} {}", attrs(&a)),
+            Ok(Msg::TryPreAccept { ballot, inst, attrs: a, .. }) => {
+                format!("TryPreAccept {inst} b={ballot} {}", attrs(&a))
+            }
             Ok(Msg::TryPreAcceptReply { ballot, inst, outcome }) => {
                 format!("TryPreAcceptReply {inst} b={ballot} {outcome:?}")
             }

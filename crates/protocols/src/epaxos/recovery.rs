@@ -102,6 +102,7 @@ impl Epaxos {
             self.leads.remove(&id);
         }
         self.saw(id, ctx.now);
+        self.defer_takeover(id, ctx.now);
         self.persist(ctx, id);
         ctx.send(from, &Msg::PrepareOk { ballot, inst: id, state });
     }
@@ -228,18 +229,9 @@ impl Epaxos {
         if group.is_empty() || candidates.len() < self.fast_quorum {
             return None;
         }
-        let must =
-            if candidates.len() == self.fast_quorum { candidates } else { BTreeSet::from([id.space]) };
+        let must = if candidates.len() == self.fast_quorum { candidates } else { BTreeSet::from([id.space]) };
         let targets: BTreeSet<NodeId> = self.members.iter().copied().filter(|m| !group.contains(m)).collect();
-        Some(Trying {
-            cmds,
-            attrs,
-            targets,
-            answered: BTreeSet::new(),
-            holders: 1 + group.len(),
-            must,
-            tries: 0,
-        })
+        Some(Trying { cmds, attrs, targets, answered: BTreeSet::new(), holders: 1 + group.len(), must, tries: 0 })
     }
 
     fn start_try_pre_accept(&mut self, ctx: &mut Ctx<'_>, id: InstId, ballot: Ballot, t: Trying) {
@@ -284,6 +276,7 @@ impl Epaxos {
             self.leads.remove(&id);
         }
         let outcome = self.try_pre_accept_here(ctx, id, ballot, &cmds, &attrs);
+        self.defer_takeover(id, ctx.now);
         ctx.send(from, &Msg::TryPreAcceptReply { ballot, inst: id, outcome });
     }
 

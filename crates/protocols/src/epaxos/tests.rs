@@ -462,3 +462,24 @@ fn without_try_pre_accept_the_fast_path_order_is_lost() {
     }
     assert!(!fast_path_commit_seen_by_one_survivor(skip));
 }
+
+/// A replica that promises a recovering replica's ballot (or votes for a lead's message)
+/// restarts its own wait before taking the instance over: in the wide area a recovery takes
+/// longer than the takeover timeout, and replicas that took instances over from each other
+/// kept every one of them unfinished (the 5-site, 100%-interference execution stall).
+#[test]
+fn a_replica_that_sees_a_recovery_in_progress_waits_before_taking_the_instance_over() {
+    let mut e = five(4);
+    let id = InstId { space: 1, index: 1 };
+    let mut rng = synod_core::rng_from_seed(1);
+    let mut actions = Vec::new();
+    let t0 = Time::from_millis(1_000);
+    e.saw(id, t0);
+    e.takeover_at.insert(id, t0 + Duration::from_millis(300));
+    let later = Time::from_millis(1_250);
+    let mut ctx = Ctx::new(4, later, &mut rng, &mut actions);
+    e.on_prepare(&mut ctx, 2, Ballot::new(1, 2), id);
+    assert_eq!(e.unsettled.get(&id), Some(&later), "the wait restarts at the Prepare");
+    assert!(!e.takeover_at.contains_key(&id), "the takeover time is drawn again from now");
+    assert!(actions.iter().any(|a| matches!(a, synod_core::Action::Send { .. })), "and it answered");
+}
