@@ -95,19 +95,11 @@ pub mod mutants {
         },
         ProtocolInfo {
             name: "epaxos-small-fast-quorum",
-            description: "EPaxos with a fast quorum one replica too small (for 3 replicas the leader commits alone)",
+            description: "EPaxos with a fast quorum one replica too small (for 3 replicas the leader commits alone; for 5, 2 of 5 with the TryPreAccept recovery)",
             client: home_policy,
             order: Order::Partial,
             tolerates: crate::registry::minority,
             build: crate::epaxos::mutants::build_small_fast_quorum,
-        },
-        ProtocolInfo {
-            name: "epaxos-no-try-pre-accept",
-            description: "EPaxos with the optimized fast quorum (3 of 5) but the basic recovery: a fast-path tuple seen by fewer than F recovering replicas is ordered again instead of tried (TryPreAccept, §4.4)",
-            client: home_policy,
-            order: Order::Partial,
-            tolerates: crate::registry::minority,
-            build: crate::epaxos::mutants::build_no_try_pre_accept,
         },
         ProtocolInfo {
             name: "crossword-short-quorum",

@@ -248,3 +248,17 @@ fn lease_mutant_random_detection_rate() {
         .count();
     println!("multipaxos-lease-unchecked: {n} of 1000 random schedules with one reader fail");
 }
+
+/// EPaxos's fast quorum one too small is caught with 5 replicas too, where the default is now
+/// the optimized quorum 3 of 5 with TryPreAccept recovery (the mutant commits with 2 of 5).
+#[test]
+fn epaxos_small_fast_quorum_is_caught_at_five_replicas() {
+    let info =
+        synod_protocols::mutants::all().iter().find(|m| m.name == "epaxos-small-fast-quorum").expect("registered");
+    let caught = (0..500u64).map(|k| 2 * k + 1).find(|&seed| {
+        let report = run(&SimConfig { replicas: 5, ..SimConfig::new(info, seed) });
+        report.failure.is_some_and(|f| f.kind != FailureKind::Liveness)
+    });
+    let seed = caught.expect("epaxos-small-fast-quorum survived 500 five-replica seeds");
+    println!("epaxos-small-fast-quorum caught at 5 replicas, seed {seed}");
+}

@@ -705,8 +705,4 @@ pub mod mutants {
     pub fn build_small_fast_quorum(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
         Ok(Box::new(Epaxos::new(setup, Variant { small_fast_quorum: true, ..Variant::default() })?))
     }
-
-    pub fn build_no_try_pre_accept(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
-        Ok(Box::new(Epaxos::new(setup, Variant { skip_try_pre_accept: true, ..Variant::default() })?))
-    }
 }
