@@ -432,9 +432,7 @@ fn fast_path_commit_seen_by_one_survivor(build: crate::testnet::Build) -> bool {
     // What each replica committed for 1.1 (from its durable log).
     let committed = |id: NodeId| -> Option<Attrs> {
         net.node(id).durable.iter().rev().find_map(|r| match decode::<Record>(r) {
-            Ok(Record::Inst { inst, phase: Phase::Committed, attrs, .. }) if inst == InstId { space: 1, index: 1 } => {
-                Some(attrs)
-            }
+            Ok(Record::Inst { inst: InstId { space: 1, index: 1 }, phase: Phase::Committed, attrs, .. }) => Some(attrs),
             _ => None,
         })
     };
