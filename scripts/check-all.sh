@@ -67,4 +67,7 @@ for p in multipaxos raft; do
   echo "== $p: rich workload, 2 seeds of 10^4 operations, all faults"
   "$bin" check --protocol "$p" --workload rich --clients 20 --ops 500 --keys 64 --seeds 2 --start-seed 4000000 --faults all || status=1
 done
+# EPaxos's basic fast quorum (2F) differs from the default optimized one only at 5 replicas.
+echo "== epaxos fast_quorum=basic: $((SEEDS5 / 4)) seeds, 5 replicas, all faults"
+"$bin" check --protocol epaxos --param fast_quorum=basic --seeds "$((SEEDS5 / 4))" --replicas 5 --start-seed 4000000 --faults all || status=1
 exit $status

@@ -95,7 +95,7 @@ pub mod mutants {
         },
         ProtocolInfo {
             name: "epaxos-small-fast-quorum",
-            description: "EPaxos with a fast quorum one replica too small (for 3 replicas the leader commits alone)",
+            description: "EPaxos with a fast quorum one replica too small (for 3 replicas the leader commits alone; for 5, 2 of 5 with the TryPreAccept recovery)",
             client: home_policy,
             order: Order::Partial,
             tolerates: crate::registry::minority,

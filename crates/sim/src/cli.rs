@@ -95,6 +95,8 @@ pub const PATH_COUNTERS: &[&str] = &[
     "slow_path",
     "sccs_multi",
     "recoveries",
+    "try_pre_accepts",
+    "tpa_committed",
     "collisions",
     "noops",
     "reproposed",

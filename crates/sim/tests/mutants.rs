@@ -271,6 +271,9 @@ fn idem_non_sticky_rejection_is_caught_by_synod_check() {
         replicas: 5,
         faults: "all".into(),
         ops: 30,
+        workload: "classic".into(),
+        keys: None,
+        clients: None,
         readers: 0,
         trace: false,
         export_history: None,
@@ -280,4 +283,18 @@ fn idem_non_sticky_rejection_is_caught_by_synod_check() {
     assert_eq!(run_check_with(mutant, &args(mutant.name)), 1, "the non-sticky mutant survived 200 seeds");
     let idem = synod_protocols::find("idem").unwrap();
     assert_eq!(run_check_with(idem, &args("idem")), 0);
+}
+
+/// EPaxos's fast quorum one too small is caught with 5 replicas too, where the default is now
+/// the optimized quorum 3 of 5 with TryPreAccept recovery (the mutant commits with 2 of 5).
+#[test]
+fn epaxos_small_fast_quorum_is_caught_at_five_replicas() {
+    let info =
+        synod_protocols::mutants::all().iter().find(|m| m.name == "epaxos-small-fast-quorum").expect("registered");
+    let caught = (0..500u64).map(|k| 2 * k + 1).find(|&seed| {
+        let report = run(&SimConfig { replicas: 5, ..SimConfig::new(info, seed) });
+        report.failure.is_some_and(|f| f.kind != FailureKind::Liveness)
+    });
+    let seed = caught.expect("epaxos-small-fast-quorum survived 500 five-replica seeds");
+    println!("epaxos-small-fast-quorum caught at 5 replicas, seed {seed}");
 }

@@ -1,6 +1,6 @@
 //! The commit protocol of Fig. 2: Phase 1 (PreAccept), Phase 2 (Paxos-Accept), Commit.
 
-use super::conflicts::interfere;
+use super::conflicts::{interfere, related_batches};
 use super::msg::{Attrs, InstId, Msg, Phase};
 use super::{Epaxos, Lead, Step, MAX_BATCH_BYTES};
 use synod_core::batch::Pending;
@@ -41,7 +41,9 @@ impl Epaxos {
         self.persist(ctx, id);
         self.proposed.insert(index, batch);
         self.unsettled.insert(id, ctx.now);
-        let step = Step::PreAccept { replies: Default::default(), fast: true, to_all: false, merged: attrs.clone() };
+        let deps_ok = !self.try_pre_accept || self.deps_committed(id, &cmds, &attrs);
+        let step =
+            Step::PreAccept { replies: Default::default(), fast: true, to_all: false, merged: attrs.clone(), deps_ok };
         self.leads.insert(id, Lead { ballot, step, since: ctx.now });
         let msg = Msg::PreAccept { ballot, inst: id, cmds, attrs };
         for peer in self.fast_peers(ctx.now) {
@@ -99,17 +101,20 @@ impl Epaxos {
             // A retransmission: answer what we answered (an accept at this ballot is newer).
             if phase == Phase::PreAccepted {
                 let attrs = self.inst(id).expect("known").attrs.clone();
-                ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs, changed: true });
+                let committed_deps = false;
+                ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs, changed: true, committed_deps });
             }
             return;
         }
         let mut updated = attrs.clone();
         updated.merge(&self.conflicts.attrs_for(&cmds));
         let changed = updated != attrs;
+        let committed_deps = self.try_pre_accept && self.deps_committed(id, &cmds, &updated);
         self.vote(id, ballot, Phase::PreAccepted, cmds, updated.clone());
         self.saw(id, ctx.now);
+        self.defer_takeover(id, ctx.now);
         self.persist(ctx, id);
-        ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs: updated, changed });
+        ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs: updated, changed, committed_deps });
     }
 
     /// Lines 10–15 (a reply arrived).
@@ -120,26 +125,31 @@ impl Epaxos {
         ballot: Ballot,
         id: InstId,
         attrs: Attrs,
+        committed_deps: bool,
     ) {
         let n = self.n();
         let Some(lead) = self.leads.get_mut(&id) else { return };
         if lead.ballot != ballot || attrs.deps.len() != n {
             return;
         }
-        let Step::PreAccept { replies, merged, .. } = &mut lead.step else { return };
+        let Step::PreAccept { replies, merged, deps_ok, .. } = &mut lead.step else { return };
+        *deps_ok &= committed_deps;
         merged.merge(&attrs);
         replies.insert(from, attrs);
         self.check_pre_accept(ctx, id);
     }
 
     /// Line 10: commit on the fast path if the whole fast quorum answered with identical
-    /// attributes; otherwise, once a majority answered, lines 13–15: the slow path with the
+    /// attributes (and, with the optimized quorum below 2F, every one of them and the leader
+    /// had each related dependency committed: §4.4's condition that keeps the recovery's seq
+    /// test sound); otherwise, once a majority answered, lines 13–15: the slow path with the
     /// union.
     pub(super) fn check_pre_accept(&mut self, ctx: &mut Ctx<'_>, id: InstId) {
         let fast_needed = self.fast_quorum.saturating_sub(1);
         let slow_needed = self.slow_replies();
         let Some(lead) = self.leads.get(&id) else { return };
-        let Step::PreAccept { replies, fast, merged, .. } = &lead.step else { return };
+        let Step::PreAccept { replies, fast, merged, deps_ok, .. } = &lead.step else { return };
+        let fast = &(*fast && (*deps_ok || !self.try_pre_accept));
         let ballot = lead.ballot;
         let first = replies.values().next();
         let same = replies.values().all(|a| Some(a) == first);
@@ -192,6 +202,7 @@ impl Epaxos {
         }
         self.vote(id, ballot, Phase::Accepted, cmds, attrs);
         self.saw(id, ctx.now);
+        self.defer_takeover(id, ctx.now);
         self.persist(ctx, id);
         ctx.send(from, &Msg::AcceptOk { ballot, inst: id });
     }
@@ -310,8 +321,9 @@ impl Epaxos {
     /// from the whole fast quorum falls back to every replica and the slow path (§6.2).
     pub(super) fn retransmit(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
+        let wait = self.retry_wait(now);
         let due: Vec<InstId> =
-            self.leads.iter().filter(|(_, l)| now.since(l.since) >= self.retry).map(|(id, _)| *id).collect();
+            self.leads.iter().filter(|(_, l)| now.since(l.since) >= wait).map(|(id, _)| *id).collect();
         let peers: Vec<NodeId> = self.members.iter().copied().filter(|&m| m != self.id).collect();
         for id in due {
             let Some(inst) = self.inst(id) else { continue };
@@ -343,8 +355,81 @@ impl Epaxos {
                         ctx.send(p, &Msg::Prepare { ballot, inst: id });
                     }
                 }
+                Step::TryPreAccept(t) => {
+                    t.tries += 1;
+                    if t.tries > 3 {
+                        // Not enough answers: give the instance up for now (a later Explicit
+                        // Prepare sees the replicas that pre-accepted the tuple meanwhile).
+                        self.leads.remove(&id);
+                        self.unsettled.insert(id, now);
+                    } else {
+                        let msg = Msg::TryPreAccept { ballot, inst: id, cmds: t.cmds.clone(), attrs: t.attrs.clone() };
+                        for p in t.targets.difference(&t.answered) {
+                            ctx.send(*p, &msg);
+                        }
+                    }
+                }
             }
         }
+    }
+}
+
+impl Epaxos {
+    /// How long a lead waits before it retransmits (and a thrifty PreAccept gives up the
+    /// fast path): `retry_ms`, or one and a half times the slowest round trip measured to a
+    /// live peer if that is longer — in the wide area a fast quorum's replies take longer
+    /// than `retry_ms` (found with the 5-site Fig. 4 scenario: with 220 ms round trips every
+    /// command from the farthest site gave up its fast path).
+    pub(super) fn retry_wait(&self, now: synod_core::Time) -> std::time::Duration {
+        let silent_after = self.params.heartbeat() * 3;
+        let slowest = self
+            .rtt
+            .iter()
+            .filter(|(p, _)| self.heard.get(p).is_some_and(|t| now.since(*t) <= silent_after))
+            .map(|(_, r)| *r)
+            .max()
+            .unwrap_or_default();
+        self.retry.max(slowest * 3 / 2)
+    }
+
+    /// Somebody else is working on instance `id` (its command leader or a recovering
+    /// replica sent a message for it at a ballot we accept): restart the wait before this
+    /// replica takes it over. Without this, at wide-area round trips (a recovery takes three
+    /// of them, longer than the takeover timeout) replicas took the same instances over from
+    /// each other with ever higher ballots and nobody finished them: execution stopped on
+    /// every replica (the 5-site 100%-interference stall of the Fig. 4 runs).
+    pub(super) fn defer_takeover(&mut self, id: InstId, now: synod_core::Time) {
+        if let Some(since) = self.unsettled.get_mut(&id) {
+            *since = now;
+        }
+        self.takeover_at.remove(&id);
+    }
+
+    /// §4.4's fast-path condition, as this replica sees it: every instance it knows within
+    /// `attrs.deps` and related to `cmds` is committed here (so its seq is final, and a
+    /// recovery that finds it with a seq at least `attrs.seq` knows the fast path was not
+    /// taken). Conservative: an instance whose command is unknown, or a long uncommitted
+    /// range, counts as not committed.
+    pub(super) fn deps_committed(&self, id: InstId, cmds: &[Command], attrs: &Attrs) -> bool {
+        for (p, insts) in self.insts.iter().enumerate() {
+            let lo = self.committed_upto[p] + 1;
+            let hi = attrs.deps.get(p).copied().unwrap_or(0);
+            if lo > hi {
+                continue;
+            }
+            for (seen, (&index, d)) in insts.range(lo..=hi).enumerate() {
+                if seen >= 1024 {
+                    return false;
+                }
+                if (InstId { space: self.members[p], index }) == id || d.phase == Phase::Committed {
+                    continue;
+                }
+                if d.phase == Phase::None || related_batches(&d.cmds, cmds) {
+                    return false;
+                }
+            }
+        }
+        true
     }
 }
 

@@ -69,8 +69,10 @@ pub struct Reported {
 pub enum Msg {
     /// Line 5 (and line 35/37 during recovery, at a higher ballot).
     PreAccept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
-    /// Line 9. `changed`: the replica updated the attributes it was sent.
-    PreAcceptOk { ballot: Ballot, inst: InstId, attrs: Attrs, changed: bool },
+    /// Line 9. `changed`: the replica updated the attributes it was sent. `committed_deps`:
+    /// every instance this replica knows that is related to the command and within `attrs`
+    /// is committed here (the fast-path condition of §4.4 for the optimized quorum).
+    PreAcceptOk { ballot: Ballot, inst: InstId, attrs: Attrs, changed: bool, committed_deps: bool },
     /// Line 17 (carries the command: with thrifty PreAccepts some acceptors never saw it).
     Accept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
     /// Line 19.
@@ -83,6 +85,12 @@ pub enum Msg {
     Prepare { ballot: Ballot, inst: InstId },
     /// Line 39. `state` is None when the replica knows nothing of the instance.
     PrepareOk { ballot: Ballot, inst: InstId, state: Option<Reported> },
+    /// §4.4: a recovering replica asks to pre-accept a tuple that may have been committed on
+    /// the optimized fast path (sent at the recovery ballot; recorded at the default ballot,
+    /// as if pre-accepted in the original round).
+    TryPreAccept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
+    /// The answer to a TryPreAccept.
+    TryPreAcceptReply { ballot: Ballot, inst: InstId, outcome: TpaOutcome },
     /// Ask for the commits of these instances (a replica missing a commit asks before it
     /// runs Explicit Prepare, §4.6).
     Fetch { insts: Vec<InstId> },
@@ -91,6 +99,23 @@ pub enum Msg {
     Heartbeat { known: Vec<u64>, committed: Vec<u64>, sent: Time },
     /// The answer to a heartbeat: its `sent` echoed, for the round-trip time.
     Pong { sent: Time },
+}
+
+/// What a replica answers to a TryPreAccept (§4.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TpaOutcome {
+    /// Pre-accepted: the tuple conflicts with nothing this replica knows.
+    Ok,
+    /// The tuple cannot have been committed on the fast path: a committed related command is
+    /// neither in its deps nor depends on it (or is in its deps with a seq at least as
+    /// large), or this replica pre-accepted other attributes in the original round, or is the
+    /// command leader and did not commit it.
+    NotFast,
+    /// An uncommitted related command conflicts: recovery waits until it is committed.
+    Defer { on: InstId },
+    /// This replica cannot tell now (it voted at a higher ballot, or has forgotten instances
+    /// whose keys it no longer knows): ask again later.
+    Retry,
 }
 
 /// Durable records: the latest state of an instance (the last record of an instance wins on

@@ -1,10 +1,54 @@
 //! Explicit Prepare (Fig. 3, §4.6): taking over an instance whose command leader may have
 //! failed, learning from a majority what may have been chosen, and finishing it.
+//!
+//! With the optimized fast quorum F + ⌊(F+1)/2⌋ below 2F (N ≥ 5), a majority may hold as few
+//! as ⌊(F+1)/2⌋ members of the fast quorum, too few to tell whether the tuple they
+//! pre-accepted was committed on the fast path. Recovery then runs **TryPreAccept** (§4.4):
+//! it asks the other replicas to pre-accept the tuple; a replica does so unless a command it
+//! knows conflicts with it — one that is related to it (shares a key or a session, see
+//! [`super::conflicts::related`]), does not depend on it, and is either not in its `deps` or
+//! in them with a `seq` at least as large. A committed conflict proves the tuple was not
+//! committed on the fast path (the recovery orders the command again); an uncommitted one
+//! defers the recovery until it commits — unless that command's leader must have been in the
+//! tuple's fast quorum, which also proves it (the cycle-breaking rule of the technical
+//! report). F + 1 holders of the tuple (the failed command leader, the replicas that reported
+//! it, those that pre-accepted it on request) commit it through Paxos-Accept.
+//!
+//! The "seq" part of the conflict test is sound only with §4.4's condition on the fast path
+//! (its first variant): a command leader commits on the fast path only if the leader and
+//! every reply had each related dependency committed ([`Epaxos::deps_committed`]).
 
-use super::msg::{Attrs, InstId, Msg, Phase, Reported};
+use super::conflicts::related_batches;
+use super::msg::{Attrs, InstId, Msg, Phase, Reported, TpaOutcome};
 use super::{Epaxos, Lead, Step};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use synod_core::{Ballot, Command, Ctx, NodeId};
+
+/// A TryPreAccept round (§4.4).
+pub(super) struct Trying {
+    pub cmds: Vec<Command>,
+    pub attrs: Attrs,
+    /// Replicas asked: every one that did not report the tuple (this one included, answered
+    /// locally; the command leader too, which answers NotFast if it is alive).
+    pub targets: BTreeSet<NodeId>,
+    pub answered: BTreeSet<NodeId>,
+    /// Holders of the tuple so far: the command leader, the replicas that reported it, and
+    /// the ones that pre-accepted it on request. F + 1 of them commit it.
+    pub holders: usize,
+    /// Replicas that must have been in the fast quorum had the tuple been committed on the
+    /// fast path: a conflict with an uncommitted command one of them leads proves it was not.
+    pub must: BTreeSet<NodeId>,
+    /// Retransmissions so far.
+    pub tries: u32,
+}
+
+/// What a TryPreAccept reply decides.
+enum Decision {
+    Wait,
+    Accept,
+    Reorder,
+    GiveUp,
+}
 
 impl Epaxos {
     /// Lines 25–26: a ballot above every one seen for the instance, Prepare to all (our own
@@ -58,6 +102,7 @@ impl Epaxos {
             self.leads.remove(&id);
         }
         self.saw(id, ctx.now);
+        self.defer_takeover(id, ctx.now);
         self.persist(ctx, id);
         ctx.send(from, &Msg::PrepareOk { ballot, inst: id, state });
     }
@@ -132,6 +177,15 @@ impl Epaxos {
                 self.start_accept(ctx, id, ballot, cmds, attrs);
                 return;
             }
+            // §4.4: fewer than F, but perhaps enough to have been part of an optimized fast
+            // quorum.
+            if self.try_pre_accept && !self.variant.skip_try_pre_accept && groups.len() == 1 {
+                let (cmds, attrs) = (groups[0].0.clone(), groups[0].1.clone());
+                if let Some(t) = self.plan_try_pre_accept(id, &replies, cmds, attrs) {
+                    self.start_try_pre_accept(ctx, id, ballot, t);
+                    return;
+                }
+            }
         }
         // Lines 34–35: the command is known; order it again, avoiding the fast path.
         if let Some((_, r)) = highest.iter().find(|(_, r)| r.phase == Phase::PreAccepted) {
@@ -141,6 +195,217 @@ impl Epaxos {
         }
         // Line 37.
         self.recovery_phase1(ctx, id, ballot, Vec::new(), None);
+    }
+
+    /// Whether the one tuple pre-accepted at the default ballot by the replicas that answered
+    /// (not the command leader) may have been committed on the optimized fast path, and if
+    /// so the TryPreAccept round that finds out. None: it cannot have been (the command leader
+    /// answered, so it did not commit and now cannot; or the replicas that reported the
+    /// tuple and those that did not answer are fewer than a fast quorum).
+    pub(super) fn plan_try_pre_accept(
+        &self,
+        id: InstId,
+        replies: &BTreeMap<NodeId, Option<Reported>>,
+        cmds: Vec<Command>,
+        attrs: Attrs,
+    ) -> Option<Trying> {
+        if replies.contains_key(&id.space) {
+            return None;
+        }
+        let default = Self::default_ballot(id.space);
+        let group: BTreeSet<NodeId> = replies
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref().is_some_and(|r| {
+                    r.phase == Phase::PreAccepted && r.vballot == default && r.cmds == cmds && r.attrs == attrs
+                })
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        // Who could have been in the fast quorum: the reporters and the silent replicas
+        // (the command leader among them).
+        let candidates: BTreeSet<NodeId> =
+            self.members.iter().copied().filter(|m| group.contains(m) || !replies.contains_key(m)).collect();
+        if group.is_empty() || candidates.len() < self.fast_quorum {
+            return None;
+        }
+        let must = if candidates.len() == self.fast_quorum { candidates } else { BTreeSet::from([id.space]) };
+        let targets: BTreeSet<NodeId> = self.members.iter().copied().filter(|m| !group.contains(m)).collect();
+        Some(Trying { cmds, attrs, targets, answered: BTreeSet::new(), holders: 1 + group.len(), must, tries: 0 })
+    }
+
+    fn start_try_pre_accept(&mut self, ctx: &mut Ctx<'_>, id: InstId, ballot: Ballot, t: Trying) {
+        self.counters.try_pre_accepts += 1;
+        let (cmds, attrs) = (t.cmds.clone(), t.attrs.clone());
+        let msg = Msg::TryPreAccept { ballot, inst: id, cmds: cmds.clone(), attrs: attrs.clone() };
+        let peers: Vec<NodeId> = t.targets.iter().copied().filter(|&m| m != self.id).collect();
+        let local = t.targets.contains(&self.id);
+        self.leads.insert(id, Lead { ballot, step: Step::TryPreAccept(t), since: ctx.now });
+        for p in peers {
+            ctx.send(p, &msg);
+        }
+        if local {
+            let outcome = self.try_pre_accept_here(ctx, id, ballot, &cmds, &attrs);
+            self.on_try_pre_accept_reply(ctx, self.id, ballot, id, outcome);
+        }
+    }
+
+    /// A TryPreAccept arrived (§4.4).
+    pub(super) fn on_try_pre_accept(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        id: InstId,
+        cmds: Vec<Command>,
+        attrs: Attrs,
+    ) {
+        if !self.valid(id) || attrs.deps.len() != self.n() {
+            return;
+        }
+        if self.is_committed(id) {
+            self.send_commit(ctx, from, id);
+            return;
+        }
+        let promised = self.inst(id).map_or(Ballot::ZERO, |i| i.ballot);
+        if ballot < promised {
+            ctx.send(from, &Msg::Nack { ballot, inst: id, promised });
+            return;
+        }
+        if self.leads.get(&id).is_some_and(|l| l.ballot < ballot) {
+            self.leads.remove(&id);
+        }
+        let outcome = self.try_pre_accept_here(ctx, id, ballot, &cmds, &attrs);
+        self.defer_takeover(id, ctx.now);
+        ctx.send(from, &Msg::TryPreAcceptReply { ballot, inst: id, outcome });
+    }
+
+    /// This replica's answer to a TryPreAccept at `ballot` (not below its promise), which it
+    /// now promises; on Ok it holds the tuple, pre-accepted at the default ballot as if in
+    /// the original round (a later recovery counts it with the replicas that reported it).
+    pub(super) fn try_pre_accept_here(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: InstId,
+        ballot: Ballot,
+        cmds: &[Command],
+        attrs: &Attrs,
+    ) -> TpaOutcome {
+        let default = Self::default_ballot(id.space);
+        let (phase, vballot, same) = self
+            .inst(id)
+            .map_or((Phase::None, Ballot::ZERO, false), |i| (i.phase, i.vballot, i.cmds == cmds && i.attrs == *attrs));
+        let outcome = if id.space == self.id {
+            // The command leader did not commit it, and after this promise it cannot.
+            TpaOutcome::NotFast
+        } else if phase != Phase::None && vballot > default {
+            TpaOutcome::Retry
+        } else if phase == Phase::Accepted || (phase == Phase::PreAccepted && !same) {
+            // The original round went to the slow path, or this replica pre-accepted other
+            // attributes in it (thrifty: only after the fast path was given up).
+            TpaOutcome::NotFast
+        } else if phase == Phase::PreAccepted {
+            TpaOutcome::Ok
+        } else {
+            let outcome = self.try_pre_accept_conflicts(id, cmds, attrs);
+            if outcome == TpaOutcome::Ok {
+                self.vote(id, default, Phase::PreAccepted, cmds.to_vec(), attrs.clone());
+            }
+            outcome
+        };
+        self.inst_mut(id).ballot = ballot;
+        self.saw(id, ctx.now);
+        self.persist(ctx, id);
+        outcome
+    }
+
+    /// The conflict test of §4.4 against every instance this replica knows, including the
+    /// ones it has forgotten (all executed here, so none of them depends on the uncommitted
+    /// `id`).
+    fn try_pre_accept_conflicts(&self, id: InstId, cmds: &[Command], attrs: &Attrs) -> TpaOutcome {
+        let Some(lp) = self.pos_of(id.space) else { return TpaOutcome::Retry };
+        let mut defer = None;
+        for (p, insts) in self.insts.iter().enumerate() {
+            let space = self.members[p];
+            for (&index, d) in insts {
+                let other = InstId { space, index };
+                if other == id || d.phase == Phase::None || !related_batches(&d.cmds, cmds) {
+                    continue;
+                }
+                if d.attrs.deps.get(lp).is_some_and(|&dep| dep >= id.index) {
+                    continue; // it depends on the tuple
+                }
+                if index <= attrs.deps[p] && d.attrs.seq < attrs.seq {
+                    continue; // in the tuple's deps, ordered before it
+                }
+                if d.phase == Phase::Committed {
+                    return TpaOutcome::NotFast;
+                }
+                defer.get_or_insert(other);
+            }
+        }
+        let gone = self.forgotten.lookup(cmds);
+        if gone.deps.iter().zip(&attrs.deps).any(|(g, a)| g > a) || gone.seq >= attrs.seq {
+            return TpaOutcome::NotFast;
+        }
+        let unknown = self.restored_unknown.iter().zip(&attrs.deps).any(|(u, a)| u > a)
+            || (self.restored_unknown.iter().any(|&u| u > 0) && self.restored_seq >= attrs.seq);
+        if unknown {
+            return TpaOutcome::Retry;
+        }
+        match defer {
+            Some(on) => TpaOutcome::Defer { on },
+            None => TpaOutcome::Ok,
+        }
+    }
+
+    pub(super) fn on_try_pre_accept_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        ballot: Ballot,
+        id: InstId,
+        outcome: TpaOutcome,
+    ) {
+        let majority = self.n() / 2 + 1;
+        let Some(lead) = self.leads.get_mut(&id) else { return };
+        if lead.ballot != ballot {
+            return;
+        }
+        let Step::TryPreAccept(t) = &mut lead.step else { return };
+        if !t.targets.contains(&from) || !t.answered.insert(from) {
+            return;
+        }
+        let mut decision = match outcome {
+            TpaOutcome::Ok => {
+                t.holders += 1;
+                Decision::Wait
+            }
+            TpaOutcome::NotFast => Decision::Reorder,
+            TpaOutcome::Defer { on } if t.must.contains(&on.space) => Decision::Reorder,
+            TpaOutcome::Defer { .. } | TpaOutcome::Retry => Decision::Wait,
+        };
+        if matches!(decision, Decision::Wait) {
+            if t.holders >= majority {
+                decision = Decision::Accept;
+            } else if t.answered.len() == t.targets.len() {
+                decision = Decision::GiveUp;
+            }
+        }
+        let (cmds, attrs) = (t.cmds.clone(), t.attrs.clone());
+        match decision {
+            Decision::Wait => {}
+            Decision::Accept => {
+                self.counters.tpa_committed += 1;
+                self.start_accept(ctx, id, ballot, cmds, attrs);
+            }
+            Decision::Reorder => self.recovery_phase1(ctx, id, ballot, cmds, Some(attrs)),
+            Decision::GiveUp => {
+                // Deferred (or undecided): try again later with a new Explicit Prepare.
+                self.leads.remove(&id);
+                self.unsettled.insert(id, ctx.now);
+            }
+        }
     }
 
     /// Phase 1 (from line 2) at a recovery ballot, without the fast path: for the command
@@ -162,7 +427,13 @@ impl Epaxos {
         }
         self.vote(id, ballot, Phase::PreAccepted, cmds.clone(), attrs.clone());
         self.persist(ctx, id);
-        let step = Step::PreAccept { replies: Default::default(), fast: false, to_all: true, merged: attrs.clone() };
+        let step = Step::PreAccept {
+            replies: Default::default(),
+            fast: false,
+            to_all: true,
+            merged: attrs.clone(),
+            deps_ok: false,
+        };
         self.leads.insert(id, Lead { ballot, step, since: ctx.now });
         self.send_all(ctx, &Msg::PreAccept { ballot, inst: id, cmds, attrs });
         self.check_pre_accept(ctx, id);

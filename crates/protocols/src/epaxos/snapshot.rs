@@ -112,7 +112,13 @@ impl Epaxos {
                 floor = floor.min(self.snap_durable[p]);
             }
             if floor > self.pruned_upto[p] {
-                self.insts[p] = self.insts[p].split_off(&(floor + 1));
+                let kept = self.insts[p].split_off(&(floor + 1));
+                let gone = std::mem::replace(&mut self.insts[p], kept);
+                if self.try_pre_accept {
+                    for (index, i) in gone {
+                        self.forgotten.record(p, index, &i.cmds, i.attrs.seq);
+                    }
+                }
                 self.pruned_upto[p] = floor;
                 let space = self.members[p];
                 self.unsettled.retain(|id, _| id.space != space || id.index > floor);
@@ -140,6 +146,9 @@ impl Epaxos {
         ctx.push(Action::InstallSnapshot { data });
         self.insts = vec![Default::default(); n];
         self.conflicts = super::conflicts::Conflicts::new(n);
+        self.forgotten = super::conflicts::Forgotten::new(n);
+        self.restored_unknown = forgotten.clone();
+        self.restored_seq = max_seq;
         for p in 0..n {
             self.executed_upto[p] = forgotten[p];
             self.committed_upto[p] = forgotten[p];
