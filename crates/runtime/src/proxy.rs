@@ -213,6 +213,8 @@ fn resp_shared(shared: &Arc<ProxyShared>, addr: SocketAddr) -> crate::resp::Resp
         stats: Default::default(),
         started: std::time::Instant::now(),
         give_up_after: cfg.give_up_after,
+        tls: None,
+        budget: crate::budget::MemBudget::unlimited(),
         limit: crate::conn_limit::ConnLimit::new(10_000),
     }
 }
@@ -317,6 +319,10 @@ async fn serve(mut stream: TcpStream, shared: &ProxyShared) -> anyhow::Result<()
                     }
                 }
                 Some(ClientMsg::Request { cmd, .. }) => conn.request(cmd).await,
+                // A proxy has no password of its own (like a replica without one): AUTH is
+                // accepted. Proxies in front of replicas with TLS or a password are not
+                // supported yet (docs/security.md).
+                Some(ClientMsg::Auth { .. }) => {}
                 None => break,
             },
             Some(ev) = fwd_rx.recv() => match ev {
