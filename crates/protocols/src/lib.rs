@@ -5,6 +5,7 @@
 //! here and call its constructor.
 
 pub mod admission;
+pub mod chain;
 pub mod crossword;
 pub mod epaxos;
 pub mod fastpaxos;
@@ -132,6 +133,22 @@ pub mod mutants {
             order: Order::Total,
             tolerates: crate::registry::minority,
             build: crate::fastpaxos::mutants::build_small_fast_quorum,
+        },
+        ProtocolInfo {
+            name: "chain-head-answers",
+            description: "Chain Replication whose head applies and answers an update as soon as it logged it, before the tail has it (a removed head loses acknowledged updates)",
+            client: crate::chain::policy::client,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::chain::mutants::build_head_answers,
+        },
+        ProtocolInfo {
+            name: "chain-lease-unchecked",
+            description: "Chain Replication whose tail answers queries without a valid lease (a deposed, partitioned tail serves stale reads)",
+            client: crate::chain::policy::client,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::chain::mutants::build_lease_unchecked,
         },
     ];
 

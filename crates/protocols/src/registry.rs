@@ -154,6 +154,14 @@ static REGISTRY: &[ProtocolInfo] = &[
         tolerates: minority,
         build: crate::fastpaxos::build,
     },
+    ProtocolInfo {
+        name: "chain",
+        description: "Chain Replication (van Renesse & Schneider, OSDI'04): updates at the head, forwarded down the chain, applied by the tail, acks back up; queries at the tail under a read lease from the configuration group; the chain configuration (epoch, order) chosen by a majority of the replicas (Paxos per epoch), failed nodes removed, recovered ones rejoin at the tail with state transfer (options lease_ms, lease_drift_ppm)",
+        client: crate::chain::policy::client,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::chain::build,
+    },
 ];
 
 /// Failures tolerated by protocols whose quorums are majorities: ⌊(n − 1)/2⌋.
