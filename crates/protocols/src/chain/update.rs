@@ -122,8 +122,15 @@ impl Chain {
     /// `stable`, so those updates leave our `Sent` list (they are applied here) and the
     /// acknowledgement goes on to our predecessor.
     pub(super) fn on_ack(&mut self, ctx: &mut Ctx<'_>, from: NodeId, stable: u64, have: u64) {
-        if self.cfg.succ(self.me) != Some(from) || !self.succ_synced {
+        if self.cfg.succ(self.me) != Some(from) {
             return;
+        }
+        if !self.succ_synced {
+            // We restarted, the successor did not: it is in sync in this epoch (it acks only
+            // then), so what it holds is a prefix of our log; carry on from there.
+            self.succ_synced = true;
+            self.succ_have = have.min(self.last);
+            self.sent_upto = self.succ_have;
         }
         self.succ_have = self.succ_have.max(have.min(self.last));
         let upto = stable.min(self.last);
