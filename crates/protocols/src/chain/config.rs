@@ -38,7 +38,8 @@ impl Chain {
     pub(super) fn tick(&mut self, ctx: &mut Ctx<'_>) {
         ctx.set_timer(TIMER_TICK, self.heartbeat);
         let suspects = self.suspects(ctx.now);
-        ctx.broadcast(&Msg::Alive { epoch: self.cfg.epoch, suspects });
+        let pending = self.accepted_pending();
+        ctx.broadcast(&Msg::Alive { epoch: self.cfg.epoch, suspects, pending });
         self.repair_tick(ctx);
         self.lease_tick(ctx);
         self.maybe_propose(ctx);
@@ -57,7 +58,25 @@ impl Chain {
             .collect()
     }
 
-    pub(super) fn on_alive(&mut self, ctx: &mut Ctx<'_>, from: NodeId, epoch: u64, suspects: Vec<NodeId>) {
+    /// This acceptor accepted a value for the next epoch (not known chosen): until that
+    /// instance is finished it grants no lease to a tail that value moves (query.rs).
+    fn accepted_pending(&self) -> bool {
+        self.accepted.as_ref().is_some_and(|(_, c)| c.epoch > self.cfg.epoch)
+    }
+
+    pub(super) fn on_alive(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        epoch: u64,
+        suspects: Vec<NodeId>,
+        pending: bool,
+    ) {
+        if pending && epoch == self.cfg.epoch {
+            self.pending_reports.insert(from);
+        } else {
+            self.pending_reports.remove(&from);
+        }
         if epoch > self.cfg.epoch {
             ctx.send(from, &Msg::ConfigReq);
         } else if epoch < self.cfg.epoch {
@@ -78,6 +97,7 @@ impl Chain {
         if self.proposal.as_ref().is_some_and(|p| p.want.epoch <= self.cfg.epoch) {
             self.proposal = None;
         }
+        self.pending_reports.clear();
         self.enter_epoch(ctx);
     }
 
@@ -120,7 +140,10 @@ impl Chain {
                 chain.push(j);
             }
         }
-        if chain == self.cfg.chain {
+        // Nothing to change, unless an instance was left unfinished (a value accepted by
+        // some, chosen or not): run it to the end, Paxos keeps whatever may be chosen.
+        let unfinished = self.accepted_pending() || !self.pending_reports.is_empty();
+        if chain == self.cfg.chain && !unfinished {
             return;
         }
         let want = Config { epoch: self.cfg.epoch + 1, chain };

@@ -118,6 +118,8 @@ pub struct Chain {
     heard: BTreeMap<NodeId, Time>,
     /// Each replica's last `Alive`: its epoch and whom it suspects.
     reports: BTreeMap<NodeId, (u64, Vec<NodeId>)>,
+    /// Replicas whose last `Alive` said they accepted a next-epoch value not known chosen.
+    pending_reports: std::collections::BTreeSet<NodeId>,
     started: Time,
 
     // --- lease (query.rs) ---
@@ -141,6 +143,8 @@ pub struct Chain {
     next_token: u64,
     /// In sync with the predecessor in this epoch (the head always is).
     synced: bool,
+    /// What the predecessor held when it brought us in sync: queries wait for it.
+    catchup_to: u64,
     /// The successor asked for updates in this epoch (`Need`).
     succ_synced: bool,
     succ_have: u64,
@@ -198,6 +202,7 @@ impl Chain {
             seen_round: 0,
             heard: BTreeMap::new(),
             reports: BTreeMap::new(),
+            pending_reports: Default::default(),
             started: Time::ZERO,
             lease,
             grantor: Grantor::default(),
@@ -212,6 +217,7 @@ impl Chain {
             snap_req: None,
             next_token: 1,
             synced: false,
+            catchup_to: 0,
             succ_synced: false,
             succ_have: 0,
             sent_upto: 0,
@@ -252,7 +258,7 @@ impl Chain {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::Alive { epoch, suspects } => self.on_alive(ctx, from, epoch, suspects),
+            Msg::Alive { epoch, suspects, pending } => self.on_alive(ctx, from, epoch, suspects, pending),
             Msg::ConfigReq => {
                 let cfg = self.cfg.clone();
                 ctx.send(from, &Msg::Decided { cfg });
@@ -263,9 +269,9 @@ impl Chain {
             Msg::Accept { ballot, cfg } => self.on_accept(ctx, from, ballot, cfg),
             Msg::Accepted { ballot, epoch } => self.on_accepted(ctx, from, ballot, epoch),
             Msg::Nack { ballot, promised } => self.on_nack(from, ballot, promised),
-            Msg::Forward { epoch, reset, first, entries } => {
+            Msg::Forward { epoch, reset, upto, first, entries } => {
                 if self.same_epoch(ctx, from, epoch) {
-                    self.on_forward(ctx, from, reset, first, entries);
+                    self.on_forward(ctx, from, reset.map(|r| (r, upto)), first, entries);
                 }
             }
             Msg::Ack { epoch, stable, have } => {
@@ -278,9 +284,9 @@ impl Chain {
                     self.on_need(ctx, from, stable);
                 }
             }
-            Msg::Snapshot { epoch, index, data } => {
+            Msg::Snapshot { epoch, index, upto, data } => {
                 if self.same_epoch(ctx, from, epoch) {
-                    self.on_snapshot(ctx, from, index, data);
+                    self.on_snapshot(ctx, from, index, upto, data);
                 }
             }
             Msg::LeaseReq { cfg, round } => self.on_lease_req(ctx, from, cfg, round),
@@ -427,10 +433,10 @@ impl Protocol for Chain {
 
     fn describe_message(&self, msg: &[u8]) -> String {
         match decode::<Msg>(msg) {
-            Ok(Msg::Forward { epoch, reset, first, entries }) => {
+            Ok(Msg::Forward { epoch, reset, first, entries, .. }) => {
                 format!("Forward e{epoch} reset={reset:?} {first}..{}", first + entries.len() as u64)
             }
-            Ok(Msg::Snapshot { epoch, index, data }) => format!("Snapshot e{epoch} @{index} ({} bytes)", data.len()),
+            Ok(Msg::Snapshot { epoch, index, data, .. }) => format!("Snapshot e{epoch} @{index} ({} bytes)", data.len()),
             Ok(m) => format!("{m:?}"),
             Err(e) => format!("<undecodable: {e}>"),
         }

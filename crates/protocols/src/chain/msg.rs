@@ -52,8 +52,9 @@ impl std::fmt::Display for Config {
 pub enum Msg {
     // --- failure detection and configuration gossip (config.rs) ---
     /// Every heartbeat, to every replica: the epoch the sender is in and the replicas it has
-    /// not heard from for a failure timeout.
-    Alive { epoch: u64, suspects: Vec<NodeId> },
+    /// not heard from for a failure timeout; `pending`: it accepted a configuration for the
+    /// next epoch that is not known chosen (the coordinator finishes that instance).
+    Alive { epoch: u64, suspects: Vec<NodeId>, pending: bool },
     /// "Send me your configuration" (the sender saw a newer epoch).
     ConfigReq,
     /// A chosen configuration.
@@ -66,16 +67,19 @@ pub enum Msg {
     Nack { ballot: Ballot, promised: Ballot },
     // --- updates down the chain, acknowledgements up (update.rs) ---
     /// Updates `first, first+1, …` from the predecessor. `reset = Some(s)`: the answer to a
-    /// `Need` — drop every update after `s` before appending (repair, §3).
-    Forward { epoch: u64, reset: Option<u64>, first: u64, entries: Vec<Command> },
+    /// `Need` — drop every update after `s` before appending (repair, §3); `upto` is then
+    /// the predecessor's last update, which a new tail must hold before it answers queries
+    /// (it may have been processed by an earlier tail).
+    Forward { epoch: u64, reset: Option<u64>, upto: u64, first: u64, entries: Vec<Command> },
     /// From the successor: `stable` = the tail applied everything up to here (the paper's
     /// ack, which lets the receiver drop those updates from its Sent list); `have` = the
     /// successor holds every update up to here (flow control and retransmission).
     Ack { epoch: u64, stable: u64, have: u64 },
     /// From a successor that is not yet in sync in this epoch: it applied up to `stable`.
     Need { epoch: u64, stable: u64 },
-    /// State transfer: the predecessor's snapshot at `index` (then updates after it).
-    Snapshot { epoch: u64, index: u64, data: Bytes },
+    /// State transfer: the predecessor's snapshot at `index` (then updates after it, up to
+    /// at least `upto` before the node answers queries).
+    Snapshot { epoch: u64, index: u64, upto: u64, data: Bytes },
     // --- the tail's read lease (query.rs) ---
     LeaseReq { cfg: Config, round: u64 },
     LeaseAck { epoch: u64, round: u64 },

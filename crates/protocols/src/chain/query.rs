@@ -17,8 +17,9 @@
 //!   expired (changes that keep the tail — a failed head or middle — are not delayed);
 //! - the tail answers a query only while `Holder::valid` (round send time + duration − drift
 //!   margin, on its own clock) with grants from a majority, in the epoch it is tail of, in
-//!   sync with its predecessor (so it has applied everything its predecessor had) and not
-//!   itself driving a configuration change.
+//!   sync with its predecessor and holding everything the predecessor held when it brought it
+//!   in sync (`catchup_to`: those updates may have been processed by an earlier tail), and
+//!   not itself driving a configuration change.
 //! So by the time a newer configuration exists the old tail's lease has run out. The cost:
 //! removing a failed tail waits for its lease to expire (at most `lease_ms`, by default the
 //! failure timeout itself). Updates need no lease: an update is acknowledged only after it
@@ -47,6 +48,7 @@ impl Chain {
             && self.proposal.is_none()
             && self.lease_epoch == self.cfg.epoch
             && self.stable == self.last
+            && self.stable >= self.catchup_to
             && self.holder.valid(now)
     }
 

@@ -59,7 +59,7 @@ impl Chain {
                 return;
             }
             self.sent_upto += entries.len() as u64;
-            ctx.send(succ, &Msg::Forward { epoch: self.cfg.epoch, reset: None, first, entries });
+            ctx.send(succ, &Msg::Forward { epoch: self.cfg.epoch, reset: None, upto: 0, first, entries });
         }
     }
 
@@ -68,14 +68,14 @@ impl Chain {
         &mut self,
         ctx: &mut Ctx<'_>,
         from: NodeId,
-        reset: Option<u64>,
+        reset: Option<(u64, u64)>,
         first: u64,
         entries: Vec<Command>,
     ) {
         if self.cfg.pred(self.me) != Some(from) {
             return;
         }
-        if let Some(after) = reset {
+        if let Some((after, upto)) = reset {
             if !self.synced {
                 // Repair (§3): our predecessor's history is authoritative past what we
                 // applied; drop our unacknowledged suffix and take its.
@@ -88,6 +88,7 @@ impl Chain {
                     self.persist(ctx, vec![Record::Truncate { after }]);
                 }
                 self.synced = true;
+                self.catchup_to = upto;
                 self.repairs += 1;
             }
         }
@@ -183,19 +184,20 @@ impl Chain {
         if stable < self.snap_index {
             let Some(data) = self.snapshot.clone() else { return };
             self.transfers += 1;
-            ctx.send(from, &Msg::Snapshot { epoch, index: self.snap_index, data });
+            ctx.send(from, &Msg::Snapshot { epoch, index: self.snap_index, upto: self.last, data });
             after = self.snap_index;
         }
         self.succ_have = after;
         let entries: Vec<Command> = self.log.range(after + 1..).take(CHUNK).map(|(_, c)| c.clone()).collect();
         self.sent_upto = after + entries.len() as u64;
-        ctx.send(from, &Msg::Forward { epoch, reset: Some(after), first: after + 1, entries });
+        let upto = self.last;
+        ctx.send(from, &Msg::Forward { epoch, reset: Some(after), upto, first: after + 1, entries });
         self.push_forward(ctx);
     }
 
     /// State transfer: install the predecessor's snapshot (the node rejoins at the tail, or
     /// lagged behind the predecessor's compaction).
-    pub(super) fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, index: u64, data: Bytes) {
+    pub(super) fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, index: u64, upto: u64, data: Bytes) {
         if self.cfg.pred(self.me) != Some(from) || self.synced || index <= self.stable {
             return;
         }
@@ -213,6 +215,7 @@ impl Chain {
         let image = self.durable_image();
         ctx.push(synod_core::protocol::compaction(token, image, false));
         self.synced = true;
+        self.catchup_to = upto;
         self.transfers += 1;
         if self.is_tail() {
             self.apply_upto(ctx, self.last);
