@@ -39,7 +39,7 @@ impl Chain {
         ctx.set_timer(TIMER_TICK, self.heartbeat);
         let suspects = self.suspects(ctx.now);
         let pending = self.accepted_pending();
-        ctx.broadcast(&Msg::Alive { epoch: self.cfg.epoch, suspects, pending });
+        ctx.broadcast(&Msg::Alive { epoch: self.cfg.epoch, suspects, pending, trusted: self.trusted });
         self.repair_tick(ctx);
         self.lease_tick(ctx);
         self.maybe_propose(ctx);
@@ -71,7 +71,13 @@ impl Chain {
         epoch: u64,
         suspects: Vec<NodeId>,
         pending: bool,
+        trusted: bool,
     ) {
+        if trusted {
+            self.untrusted_reports.remove(&from);
+        } else {
+            self.untrusted_reports.insert(from);
+        }
         if pending && epoch == self.cfg.epoch {
             self.pending_reports.insert(from);
         } else {
@@ -92,6 +98,9 @@ impl Chain {
         }
         self.persist(ctx, vec![Record::Config { cfg: cfg.clone() }]);
         self.cfg = cfg;
+        if !self.cfg.contains(self.me) {
+            self.set_trusted(ctx, false);
+        }
         self.installed_at = ctx.now;
         self.holder.reset();
         if self.proposal.as_ref().is_some_and(|p| p.want.epoch <= self.cfg.epoch) {
@@ -144,6 +153,13 @@ impl Chain {
         // some, chosen or not): run it to the end, Paxos keeps whatever may be chosen.
         let unfinished = self.accepted_pending() || !self.pending_reports.is_empty();
         if chain == self.cfg.chain && !unfinished {
+            return;
+        }
+        // Only a node whose history is a consistent copy may become head (a rejoined node
+        // that has not been brought in sync yet may hold updates it sequenced as an old head).
+        let head = chain[0];
+        let head_trusted = if head == self.me { self.trusted } else { !self.untrusted_reports.contains(&head) };
+        if !head_trusted {
             return;
         }
         let want = Config { epoch: self.cfg.epoch + 1, chain };

@@ -143,6 +143,12 @@ pub struct Chain {
     next_token: u64,
     /// In sync with the predecessor in this epoch (the head always is).
     synced: bool,
+    /// Not outside the chain since the last sync (persisted): a node that was removed holds
+    /// updates no one else may have (it was head once) until a predecessor resets it, so it
+    /// must not become head before that.
+    trusted: bool,
+    /// Replicas whose last `Alive` said they are not trusted.
+    untrusted_reports: std::collections::BTreeSet<NodeId>,
     /// What the predecessor held when it brought us in sync: queries wait for it.
     catchup_to: u64,
     /// The successor asked for updates in this epoch (`Need`).
@@ -186,7 +192,8 @@ impl Chain {
         if drift_ppm >= 100_000 {
             return Err(format!("option lease_drift_ppm: {drift_ppm} is not a plausible clock rate error (< 100000)"));
         }
-        let lease = LeaseConfig { duration: Duration::from_millis(lease_ms), drift_ppm, guard: Duration::from_millis(1) };
+        let lease =
+            LeaseConfig { duration: Duration::from_millis(lease_ms), drift_ppm, guard: Duration::from_millis(1) };
         Ok(Chain {
             me: setup.id,
             members: setup.members.clone(),
@@ -218,6 +225,8 @@ impl Chain {
             next_token: 1,
             synced: false,
             catchup_to: 0,
+            trusted: true,
+            untrusted_reports: Default::default(),
             succ_synced: false,
             succ_have: 0,
             sent_upto: 0,
@@ -258,7 +267,9 @@ impl Chain {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::Alive { epoch, suspects, pending } => self.on_alive(ctx, from, epoch, suspects, pending),
+            Msg::Alive { epoch, suspects, pending, trusted } => {
+                self.on_alive(ctx, from, epoch, suspects, pending, trusted)
+            }
             Msg::ConfigReq => {
                 let cfg = self.cfg.clone();
                 ctx.send(from, &Msg::Decided { cfg });
@@ -338,6 +349,7 @@ impl Protocol for Chain {
                     }
                 }
                 Record::Promised { ballot } => self.promised = self.promised.max(ballot),
+                Record::Trusted { trusted } => self.trusted = trusted,
                 Record::Accepted { ballot, cfg } => {
                     self.promised = self.promised.max(ballot);
                     self.accepted = Some((ballot, cfg));
@@ -373,7 +385,7 @@ impl Protocol for Chain {
         self.stable_persisted = self.stable;
         // A restarted replica may have granted a lease it no longer remembers.
         self.grantor = Grantor::after_restart(ctx.now, &self.lease);
-        self.synced = self.is_head();
+        self.synced = self.is_head() && self.trusted;
         ctx.set_timer(TIMER_TICK, self.heartbeat);
     }
 
@@ -436,7 +448,9 @@ impl Protocol for Chain {
             Ok(Msg::Forward { epoch, reset, first, entries, .. }) => {
                 format!("Forward e{epoch} reset={reset:?} {first}..{}", first + entries.len() as u64)
             }
-            Ok(Msg::Snapshot { epoch, index, data, .. }) => format!("Snapshot e{epoch} @{index} ({} bytes)", data.len()),
+            Ok(Msg::Snapshot { epoch, index, data, .. }) => {
+                format!("Snapshot e{epoch} @{index} ({} bytes)", data.len())
+            }
             Ok(m) => format!("{m:?}"),
             Err(e) => format!("<undecodable: {e}>"),
         }

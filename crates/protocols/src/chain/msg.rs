@@ -54,47 +54,117 @@ pub enum Msg {
     /// Every heartbeat, to every replica: the epoch the sender is in and the replicas it has
     /// not heard from for a failure timeout; `pending`: it accepted a configuration for the
     /// next epoch that is not known chosen (the coordinator finishes that instance).
-    Alive { epoch: u64, suspects: Vec<NodeId>, pending: bool },
+    Alive {
+        epoch: u64,
+        suspects: Vec<NodeId>,
+        pending: bool,
+        /// The sender's history is a prefix-consistent copy (it has not been outside the
+        /// chain since its last sync): only such a node may become head.
+        trusted: bool,
+    },
     /// "Send me your configuration" (the sender saw a newer epoch).
     ConfigReq,
     /// A chosen configuration.
-    Decided { cfg: Config },
+    Decided {
+        cfg: Config,
+    },
     // --- the configuration group: one Paxos instance per epoch (config.rs) ---
-    Prepare { ballot: Ballot, epoch: u64 },
-    Promise { ballot: Ballot, epoch: u64, accepted: Option<(Ballot, Config)> },
-    Accept { ballot: Ballot, cfg: Config },
-    Accepted { ballot: Ballot, epoch: u64 },
-    Nack { ballot: Ballot, promised: Ballot },
+    Prepare {
+        ballot: Ballot,
+        epoch: u64,
+    },
+    Promise {
+        ballot: Ballot,
+        epoch: u64,
+        accepted: Option<(Ballot, Config)>,
+    },
+    Accept {
+        ballot: Ballot,
+        cfg: Config,
+    },
+    Accepted {
+        ballot: Ballot,
+        epoch: u64,
+    },
+    Nack {
+        ballot: Ballot,
+        promised: Ballot,
+    },
     // --- updates down the chain, acknowledgements up (update.rs) ---
     /// Updates `first, first+1, …` from the predecessor. `reset = Some(s)`: the answer to a
     /// `Need` — drop every update after `s` before appending (repair, §3); `upto` is then
     /// the predecessor's last update, which a new tail must hold before it answers queries
     /// (it may have been processed by an earlier tail).
-    Forward { epoch: u64, reset: Option<u64>, upto: u64, first: u64, entries: Vec<Command> },
+    Forward {
+        epoch: u64,
+        reset: Option<u64>,
+        upto: u64,
+        first: u64,
+        entries: Vec<Command>,
+    },
     /// From the successor: `stable` = the tail applied everything up to here (the paper's
     /// ack, which lets the receiver drop those updates from its Sent list); `have` = the
     /// successor holds every update up to here (flow control and retransmission).
-    Ack { epoch: u64, stable: u64, have: u64 },
+    Ack {
+        epoch: u64,
+        stable: u64,
+        have: u64,
+    },
     /// From a successor that is not yet in sync in this epoch: it applied up to `stable`.
-    Need { epoch: u64, stable: u64 },
+    Need {
+        epoch: u64,
+        stable: u64,
+    },
     /// State transfer: the predecessor's snapshot at `index` (then updates after it, up to
     /// at least `upto` before the node answers queries).
-    Snapshot { epoch: u64, index: u64, upto: u64, data: Bytes },
+    Snapshot {
+        epoch: u64,
+        index: u64,
+        upto: u64,
+        data: Bytes,
+    },
     // --- the tail's read lease (query.rs) ---
-    LeaseReq { cfg: Config, round: u64 },
-    LeaseAck { epoch: u64, round: u64 },
+    LeaseReq {
+        cfg: Config,
+        round: u64,
+    },
+    LeaseAck {
+        epoch: u64,
+        round: u64,
+    },
 }
 
 /// Durable records. Replayed in order by `recover`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
-    Entry { seq: u64, cmd: Command },
+    Entry {
+        seq: u64,
+        cmd: Command,
+    },
     /// Updates after `after` were dropped (repair reset).
-    Truncate { after: u64 },
+    Truncate {
+        after: u64,
+    },
     /// Updates up to here are stable (applied); lazily written.
-    Stable { upto: u64 },
-    Config { cfg: Config },
-    Promised { ballot: Ballot },
-    Accepted { ballot: Ballot, cfg: Config },
-    Snapshot { index: u64, data: Bytes },
+    Stable {
+        upto: u64,
+    },
+    Config {
+        cfg: Config,
+    },
+    Promised {
+        ballot: Ballot,
+    },
+    Accepted {
+        ballot: Ballot,
+        cfg: Config,
+    },
+    Snapshot {
+        index: u64,
+        data: Bytes,
+    },
+    /// Removed from the chain (false) / in sync again after rejoining (true).
+    Trusted {
+        trusted: bool,
+    },
 }

@@ -178,7 +178,8 @@ fn a_partitioned_old_tail_does_not_serve_stale_reads() {
 #[test]
 fn the_lease_unchecked_mutant_serves_the_stale_read() {
     // The same schedule against the mutant: the check above is what prevents it.
-    let mut net = Net::new(3, |s| Ok(Box::new(Chain::new(s, Variant { lease_unchecked: true, ..Variant::default() })?)));
+    let mut net =
+        Net::new(3, |s| Ok(Box::new(Chain::new(s, Variant { lease_unchecked: true, ..Variant::default() })?)));
     net.run_for(Duration::from_millis(500));
     assert_eq!(run(&mut net, 1, 1, 1, put("k", "old")), DONE);
     net.cut(&[(3, 1), (3, 2)]);
@@ -195,7 +196,8 @@ fn messages_of_an_older_epoch_are_ignored() {
     let before = net.node(3).p.status();
     // A forward of epoch 1 from the old predecessor of 3 (node 2 in epoch 1) is dropped.
     let cmd = Command { client: 9, seq: 1, acked_below: 1, now_ms: 0, op: put("x", "stale") };
-    let msg = synod_core::protocol::encode(&Msg::Forward { epoch: 1, reset: Some(0), upto: 1, first: 1, entries: vec![cmd] });
+    let msg =
+        synod_core::protocol::encode(&Msg::Forward { epoch: 1, reset: Some(0), upto: 1, first: 1, entries: vec![cmd] });
     net.event(3, Event::Message { from: 2, sent_at: net.now, msg });
     assert_eq!(net.node(3).p.status().extra["last"], before.extra["last"]);
     assert_eq!(net.executed(3), before.execute_index);

@@ -90,6 +90,7 @@ impl Chain {
                 self.synced = true;
                 self.catchup_to = upto;
                 self.repairs += 1;
+                self.set_trusted(ctx, true);
             }
         }
         if !self.synced {
@@ -217,6 +218,7 @@ impl Chain {
         self.synced = true;
         self.catchup_to = upto;
         self.transfers += 1;
+        self.set_trusted(ctx, true);
         if self.is_tail() {
             self.apply_upto(ctx, self.last);
         }
@@ -249,7 +251,7 @@ impl Chain {
 
     /// A new configuration is in effect here: reset the per-epoch state of the data path.
     pub(super) fn enter_epoch(&mut self, ctx: &mut Ctx<'_>) {
-        self.synced = self.is_head();
+        self.synced = self.is_head() && self.trusted;
         self.succ_synced = false;
         self.succ_have = 0;
         self.sent_upto = 0;
@@ -269,6 +271,13 @@ impl Chain {
         } else if self.is_tail() {
             // A chain of one: a new tail processes everything it holds.
             self.apply_upto(ctx, self.last);
+        }
+    }
+
+    pub(super) fn set_trusted(&mut self, ctx: &mut Ctx<'_>, trusted: bool) {
+        if self.trusted != trusted {
+            self.trusted = trusted;
+            self.persist(ctx, vec![Record::Trusted { trusted }]);
         }
     }
 
@@ -319,6 +328,7 @@ impl Chain {
             recs.push(Record::Entry { seq, cmd: cmd.clone() });
         }
         recs.push(Record::Stable { upto: self.stable });
+        recs.push(Record::Trusted { trusted: self.trusted });
         recs.iter().map(|r| vec![synod_core::protocol::encode(r)]).collect()
     }
 }
