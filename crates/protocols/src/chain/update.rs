@@ -18,6 +18,12 @@ impl Chain {
             ctx.answer(client, &cmd, ReplyBody::NotLeader { leader: self.cfg.head() });
             return;
         }
+        if !self.synced {
+            // An untrusted head (a rejoined node not yet reset by a predecessor) must not
+            // sequence updates: its log may hold updates it sequenced as an earlier head.
+            ctx.answer(client, &cmd, ReplyBody::Rejected { reason: "chain head: not in sync yet".into() });
+            return;
+        }
         if self.last - self.stable >= MAX_INFLIGHT {
             ctx.answer(client, &cmd, ReplyBody::Rejected { reason: "chain head: too many updates in flight".into() });
             return;
