@@ -5,6 +5,7 @@
 //! here and call its constructor.
 
 pub mod admission;
+pub mod chain;
 pub mod crossword;
 pub mod epaxos;
 pub mod fastpaxos;
