@@ -20,6 +20,7 @@
 //!   sync with its predecessor and holding everything the predecessor held when it brought it
 //!   in sync (`catchup_to`: those updates may have been processed by an earlier tail), and
 //!   not itself driving a configuration change.
+//!
 //! So by the time a newer configuration exists the old tail's lease has run out. The cost:
 //! removing a failed tail waits for its lease to expire (at most `lease_ms`, by default the
 //! failure timeout itself). Updates need no lease: an update is acknowledged only after it

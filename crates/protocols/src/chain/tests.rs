@@ -133,8 +133,7 @@ fn a_failed_tail_is_removed_and_the_new_tail_answers_what_it_has() {
 
 #[test]
 fn a_restarted_node_rejoins_at_the_tail_with_a_state_transfer() {
-    let mut params = ProtocolParams::default();
-    params.snapshot_every = 5;
+    let params = ProtocolParams { snapshot_every: 5, ..ProtocolParams::default() };
     let mut net = net_with(3, params);
     assert_eq!(run(&mut net, 1, 1, 1, put("k0", "v")), DONE);
     net.crash(2);
@@ -205,8 +204,7 @@ fn messages_of_an_older_epoch_are_ignored() {
 
 #[test]
 fn a_restart_of_every_replica_recovers_from_the_wal_and_snapshots() {
-    let mut params = ProtocolParams::default();
-    params.snapshot_every = 4;
+    let params = ProtocolParams { snapshot_every: 4, ..ProtocolParams::default() };
     let mut net = net_with(3, params);
     for i in 0..10u64 {
         assert_eq!(run(&mut net, 1, 1, 1 + i, put(&format!("k{i}"), &format!("v{i}"))), DONE);
