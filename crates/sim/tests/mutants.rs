@@ -255,8 +255,9 @@ fn lease_mutant_random_detection_rate() {
 
 /// IDEM's non-sticky rejection mutant (`idem-sticky-off`: a retransmission of a rejected
 /// request is tested again) under exactly what `synod check --protocol idem --param
-/// reject_threshold=2 --seeds 200 --replicas 5 --faults all` runs (`run_check_with`, the CLI's
-/// code path): caught (exit 1; first at seed 135, a definitively rejected write took effect),
+/// reject_threshold=2 --seeds 600 --replicas 5 --faults all` runs (`run_check_with`, the CLI's
+/// code path): caught (exit 1; first at seed 438 since the storage faults joined `all`, a
+/// definitively rejected write took effect),
 /// while IDEM passes the same schedules (exit 0). With 3 replicas 300 seeds do not catch it:
 /// the mutant needs a client to retransmit a request some replica rejected before it has all
 /// n answers (an attempt timeout during a partition), and with 5 replicas that is likelier.
@@ -265,7 +266,7 @@ fn idem_non_sticky_rejection_is_caught_by_synod_check() {
     use synod_sim::cli::{run_check_with, CheckArgs};
     let args = |protocol: &str| CheckArgs {
         protocol: protocol.into(),
-        seeds: 200,
+        seeds: 600,
         seed: None,
         start_seed: 0,
         replicas: 5,
@@ -280,7 +281,7 @@ fn idem_non_sticky_rejection_is_caught_by_synod_check() {
         params: vec!["reject_threshold=2".into()],
     };
     let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == "idem-sticky-off").unwrap();
-    assert_eq!(run_check_with(mutant, &args(mutant.name)), 1, "the non-sticky mutant survived 200 seeds");
+    assert_eq!(run_check_with(mutant, &args(mutant.name)), 1, "the non-sticky mutant survived 600 seeds");
     let idem = synod_protocols::find("idem").unwrap();
     assert_eq!(run_check_with(idem, &args("idem")), 0);
 }
