@@ -416,6 +416,19 @@ pub enum Op {
         pattern: Option<Bytes>,
         count: u32,
     },
+    /// Fields of a hash chosen like [`Op::SetRandMember`]'s members (HRANDFIELD): one
+    /// (`count` None), `count` distinct ones (count > 0) or |count| possibly repeated ones
+    /// (count < 0); with `with_values` each field is followed by its value.
+    HashRandField {
+        key: Bytes,
+        count: Option<i64>,
+        with_values: bool,
+    },
+    /// The encoding redis-server 7.0 would report for the value at `key` (OBJECT ENCODING),
+    /// computed from the value under Redis's default thresholds; null for a missing key.
+    ObjectEncoding {
+        key: Bytes,
+    },
 }
 
 /// Options of ZADD.
@@ -751,7 +764,9 @@ impl Op {
             | Op::ZCount { key, .. }
             | Op::ZLexCount { key, .. }
             | Op::ZRange { key, .. }
-            | Op::ZPop { key, .. } => Footprint::Keys(vec![key]),
+            | Op::ZPop { key, .. }
+            | Op::HashRandField { key, .. }
+            | Op::ObjectEncoding { key } => Footprint::Keys(vec![key]),
             Op::SetCombine { keys, .. } => Footprint::Keys(keys.iter().map(|k| &k[..]).collect()),
             Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
                 Footprint::Keys(vec![from, to])
@@ -1008,7 +1023,68 @@ pub enum Value {
     ZSet(ZSet),
 }
 
+/// Redis 7.0's built-in defaults (what `CONFIG GET` shows when redis-server runs without a
+/// config file; the sample redis.conf lowers the hash one to 128) under which a small hash
+/// or sorted set is kept as a listpack and an all-integer set as an intset.
+const HASH_LISTPACK_MAX_ENTRIES: usize = 512;
+const ZSET_LISTPACK_MAX_ENTRIES: usize = 128;
+const LISTPACK_MAX_VALUE: usize = 64;
+const INTSET_MAX_ENTRIES: usize = 512;
+/// Strings up to this length are "embstr" (one allocation with the object header).
+const EMBSTR_MAX: usize = 44;
+
+/// Whether Redis would store `v` as an integer: it reads as an i64 and prints back the same
+/// (string2ll: no sign `+`, no leading zeros or spaces, not `-0`).
+fn is_canonical_int(v: &[u8]) -> bool {
+    v.len() <= 20
+        && std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .is_some_and(|n| n.to_string().as_bytes() == v)
+}
+
 impl Value {
+    /// What redis-server 7.0 reports as OBJECT ENCODING for this value when it was built by
+    /// plain writes: computed from the value itself, so it differs from Redis where Redis's
+    /// answer depends on history (an APPENDed or SETRANGEd string is "raw" there; a hash, set
+    /// or sorted set that once grew past a threshold stays converted after shrinking).
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Value::Str(v) if is_canonical_int(v) => "int",
+            Value::Str(v) if v.len() <= EMBSTR_MAX => "embstr",
+            Value::Str(_) => "raw",
+            Value::Hash(h) => {
+                let small = h.len() <= HASH_LISTPACK_MAX_ENTRIES
+                    && h.iter().all(|(f, v)| f.len() <= LISTPACK_MAX_VALUE && v.len() <= LISTPACK_MAX_VALUE);
+                if small {
+                    "listpack"
+                } else {
+                    "hashtable"
+                }
+            }
+            // Redis 7.0 keeps every list as a quicklist (listpack lists came in 7.2).
+            Value::List(_) => "quicklist",
+            // Redis 7.0: an intset while every member is an integer, else a hashtable
+            // (listpack sets came in 7.2).
+            Value::Set(m) => {
+                if m.len() <= INTSET_MAX_ENTRIES && m.iter().all(|x| is_canonical_int(x)) {
+                    "intset"
+                } else {
+                    "hashtable"
+                }
+            }
+            Value::ZSet(z) => {
+                let small =
+                    z.len() <= ZSET_LISTPACK_MAX_ENTRIES && z.scores.keys().all(|m| m.len() <= LISTPACK_MAX_VALUE);
+                if small {
+                    "listpack"
+                } else {
+                    "skiplist"
+                }
+            }
+        }
+    }
+
     fn size(&self) -> usize {
         match self {
             Value::Str(b) => b.len(),
@@ -1213,9 +1289,8 @@ impl KvStore {
         (h % len.max(1) as u64) as usize
     }
 
-    /// `n` distinct members chosen by [`KvStore::pick`].
-    fn pick_distinct(&self, m: &BTreeSet<Bytes>, n: usize) -> Vec<Bytes> {
-        let mut pool: Vec<Bytes> = m.iter().cloned().collect();
+    /// `n` distinct members of `pool` chosen by [`KvStore::pick`].
+    fn pick_distinct<T>(&self, mut pool: Vec<T>, n: usize) -> Vec<T> {
         let mut out = Vec::with_capacity(n.min(pool.len()));
         for draw in 0..n.min(pool.len()) {
             let i = self.pick(draw as u64, pool.len());
@@ -1748,7 +1823,7 @@ impl KvStore {
                     return Ok(if count.is_some() { OpResult::Items(Some(Vec::new())) } else { OpResult::Value(None) });
                 };
                 let n = count.unwrap_or(1).min(m.len() as u64) as usize;
-                let popped = self.pick_distinct(m, n);
+                let popped = self.pick_distinct(m.iter().cloned().collect(), n);
                 let mut m = m.clone();
                 for v in &popped {
                     m.remove(v);
@@ -1996,8 +2071,12 @@ impl KvStore {
                 match (m, count) {
                     (None, None) => OpResult::Value(None),
                     (None, Some(_)) => OpResult::Items(Some(Vec::new())),
-                    (Some(m), None) => OpResult::Value(self.pick_distinct(m, 1).into_iter().next()),
-                    (Some(m), Some(n)) if *n >= 0 => OpResult::Items(Some(self.pick_distinct(m, *n as usize))),
+                    (Some(m), None) => {
+                        OpResult::Value(self.pick_distinct(m.iter().cloned().collect(), 1).into_iter().next())
+                    }
+                    (Some(m), Some(n)) if *n >= 0 => {
+                        OpResult::Items(Some(self.pick_distinct(m.iter().cloned().collect(), *n as usize)))
+                    }
                     (Some(m), Some(n)) => {
                         let pool: Vec<&Bytes> = m.iter().collect();
                         OpResult::Items(Some(
@@ -2005,6 +2084,34 @@ impl KvStore {
                         ))
                     }
                 }
+            }
+            Op::HashRandField { key, count, with_values } => {
+                let h = self.hash(key)?;
+                let fields = |chosen: Vec<(&Bytes, &Bytes)>| -> Vec<Bytes> {
+                    chosen
+                        .into_iter()
+                        .flat_map(|(f, v)| std::iter::once(f.clone()).chain(with_values.then(|| v.clone())))
+                        .collect()
+                };
+                match (h, count) {
+                    (None, None) => OpResult::Value(None),
+                    (None, Some(_)) => OpResult::Items(Some(Vec::new())),
+                    (Some(h), None) => {
+                        OpResult::Value(self.pick_distinct(h.keys().collect(), 1).into_iter().next().cloned())
+                    }
+                    (Some(h), Some(n)) if *n >= 0 => {
+                        OpResult::Items(Some(fields(self.pick_distinct(h.iter().collect(), *n as usize))))
+                    }
+                    (Some(h), Some(n)) => {
+                        let pool: Vec<(&Bytes, &Bytes)> = h.iter().collect();
+                        OpResult::Items(Some(fields(
+                            (0..n.unsigned_abs()).map(|d| pool[self.pick(d, pool.len())]).collect(),
+                        )))
+                    }
+                }
+            }
+            Op::ObjectEncoding { key } => {
+                OpResult::Value(self.map.get(key).map(|item| Bytes::from_static(item.value.encoding().as_bytes())))
             }
             Op::Versions { keys } => OpResult::Versions(keys.iter().map(|k| self.version(k)).collect()),
             Op::Ttl { key } => OpResult::Int(match self.map.get(key) {
@@ -2791,6 +2898,77 @@ mod tests {
     }
 
     #[test]
+    fn hash_rand_field_and_object_encoding() {
+        let items = |vs: &[&str]| OpResult::Items(Some(vs.iter().map(|v| b(v)).collect()));
+        let mut kv = KvStore::new();
+        kv.apply0(&Op::HashSet { key: b("h"), pairs: vec![(b("a"), b("1")), (b("b"), b("2")), (b("c"), b("3"))] });
+        let rand = |count, with_values| Op::HashRandField { key: b("h"), count, with_values };
+        let OpResult::Value(Some(one)) = kv.apply_stamped(&rand(None, false), 0, false, 9) else { panic!() };
+        assert!([b("a"), b("b"), b("c")].contains(&one));
+        let OpResult::Items(Some(all)) = kv.apply_stamped(&rand(Some(10), true), 0, false, 9) else { panic!() };
+        let pairs: BTreeSet<(Bytes, Bytes)> = all.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        assert_eq!(pairs, [(b("a"), b("1")), (b("b"), b("2")), (b("c"), b("3"))].into_iter().collect());
+        let OpResult::Items(Some(two)) = kv.apply_stamped(&rand(Some(2), false), 0, false, 9) else { panic!() };
+        assert_eq!(two.iter().collect::<BTreeSet<_>>().len(), 2);
+        let OpResult::Items(Some(rep)) = kv.apply_stamped(&rand(Some(-7), true), 0, false, 9) else { panic!() };
+        assert_eq!(rep.len(), 14);
+        assert!(rep.chunks(2).all(|c| pairs.contains(&(c[0].clone(), c[1].clone()))));
+        assert_eq!(kv.apply0(&rand(Some(0), false)), items(&[]));
+        let missing = |count| Op::HashRandField { key: b("none"), count, with_values: false };
+        assert_eq!(kv.apply0(&missing(None)), OpResult::Value(None));
+        assert_eq!(kv.apply0(&missing(Some(-3))), items(&[]));
+        kv.apply0(&Op::Put { key: b("s"), value: b("x") });
+        assert_eq!(
+            kv.apply0(&Op::HashRandField { key: b("s"), count: None, with_values: false }),
+            OpResult::Error(WRONGTYPE.into())
+        );
+        assert!(!rand(None, false).is_write());
+
+        // OBJECT ENCODING as redis-server 7.0 answers under its default thresholds.
+        let enc = |kv: &mut KvStore, key: &str| match kv.apply0(&Op::ObjectEncoding { key: b(key) }) {
+            OpResult::Value(v) => v.map(|v| String::from_utf8(v.to_vec()).unwrap()),
+            other => panic!("{other:?}"),
+        };
+        for (value, want) in [
+            ("123", "int"),
+            ("-9223372036854775808", "int"),
+            ("9223372036854775808", "embstr"),
+            ("+5", "embstr"),
+            ("05", "embstr"),
+            ("-0", "embstr"),
+            ("", "embstr"),
+            (&"x".repeat(44), "embstr"),
+            (&"x".repeat(45), "raw"),
+        ] {
+            kv.apply0(&Op::Put { key: b("s"), value: Bytes::from(value.to_string()) });
+            assert_eq!(enc(&mut kv, "s").as_deref(), Some(want), "{value:?}");
+        }
+        assert_eq!(enc(&mut kv, "h").as_deref(), Some("listpack"));
+        let fields = |n: usize| (0..n).map(|i| (Bytes::from(format!("f{i}")), b("v"))).collect::<Vec<_>>();
+        kv.apply0(&Op::HashSet { key: b("g"), pairs: fields(512) });
+        assert_eq!(enc(&mut kv, "g").as_deref(), Some("listpack"));
+        kv.apply0(&Op::HashSet { key: b("g"), pairs: fields(513) });
+        assert_eq!(enc(&mut kv, "g").as_deref(), Some("hashtable"));
+        kv.apply0(&Op::HashSet { key: b("h"), pairs: vec![(b("big"), Bytes::from("v".repeat(65)))] });
+        assert_eq!(enc(&mut kv, "h").as_deref(), Some("hashtable"));
+        let many: Vec<Bytes> = (0..513).map(|i| Bytes::from(i.to_string())).collect();
+        kv.apply0(&Op::SetAdd { key: b("i"), members: many[..512].to_vec() });
+        assert_eq!(enc(&mut kv, "i").as_deref(), Some("intset"));
+        kv.apply0(&Op::SetAdd { key: b("i"), members: many[512..].to_vec() });
+        assert_eq!(enc(&mut kv, "i").as_deref(), Some("hashtable"));
+        kv.apply0(&Op::SetAdd { key: b("t"), members: vec![b("a")] });
+        assert_eq!(enc(&mut kv, "t").as_deref(), Some("hashtable"));
+        kv.apply0(&Op::ListPush { key: b("l"), values: vec![b("a")], left: true, only_existing: false });
+        assert_eq!(enc(&mut kv, "l").as_deref(), Some("quicklist"));
+        let zadd = |pairs: Vec<(Bytes, Bytes)>| Op::ZAdd { key: b("z"), pairs, flags: ZAddFlags::default() };
+        kv.apply0(&zadd(vec![(b("1"), b("a"))]));
+        assert_eq!(enc(&mut kv, "z").as_deref(), Some("listpack"));
+        kv.apply0(&zadd((0..128).map(|i| (b("1"), Bytes::from(format!("m{i}")))).collect()));
+        assert_eq!(enc(&mut kv, "z").as_deref(), Some("skiplist"));
+        assert_eq!(enc(&mut kv, "none"), None);
+    }
+
+    #[test]
     fn hash_counters() {
         let mut kv = KvStore::new();
         let hincr = |f: &str, by| Op::HashIncrBy { key: b("h"), field: b(f), by };
@@ -3025,9 +3203,11 @@ mod tests {
             Op::SetRandMember { .. } => 64,
             Op::ListMove { .. } => 65,
             Op::MemberScan { .. } => 67,
+            Op::HashRandField { .. } => 68,
+            Op::ObjectEncoding { .. } => 69,
         }
     }
-    const KINDS: usize = 68;
+    const KINDS: usize = 70;
 
     /// A store with a key of every type: strings `str` and `n` (a number), hash `h`, lists
     /// `l` and `m`, sets `s` and `t`, sorted sets `y` and `z`.
@@ -3086,6 +3266,8 @@ mod tests {
             Op::Type { key: k("z") },
             Op::KeyScan { after: Bytes::new(), pattern: None, count: 10 },
             Op::MemberScan { key: k("h"), of: ScanOf::Hash, after: Bytes::new(), pattern: None, count: 10 },
+            Op::HashRandField { key: k("h"), count: Some(-3), with_values: true },
+            Op::ObjectEncoding { key: k("z") },
             Op::DbSize,
             Op::SetWithTtl { key: k("str"), value: k("v"), cond: SetCond::Always, ttl_ms: 10, get: true },
             Op::Versions { keys: ks(&["str", "z"]) },

@@ -137,6 +137,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("unlink", -2, WR, 1, -1, 1, Keyspace, "Atomically deletes one or more keys (same as DEL)."),
     spec!("exists", -2, RF, 1, -1, 1, Keyspace, "Determines whether one or more keys exist."),
     spec!("type", 2, RF, 1, 1, 1, Keyspace, "Determines the type of value stored at a key."),
+    spec!("object", -2, &[], 0, 0, 0, Keyspace, "A container for object introspection commands (ENCODING, HELP)."),
     spec!("scan", -2, R, 0, 0, 0, Keyspace, "Iterates over the key names in the database (MATCH, COUNT)."),
     spec!("keys", 2, R, 0, 0, 0, Keyspace, "Returns all key names that match a pattern."),
     spec!("dbsize", 1, RF, 0, 0, 0, Server, "Returns the number of keys in the database."),
@@ -344,6 +345,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("sunion", -2, R, 1, -1, 1, Set, "Returns the union of multiple sets."),
     spec!("sdiff", -2, R, 1, -1, 1, Set, "Returns the difference of multiple sets."),
     spec!("spop", -2, WF, 1, 1, 1, Set, "Returns one or more random members from a set after removing them."),
+    spec!("hrandfield", -2, R, 1, 1, 1, Hash, "Returns one or more random fields from a hash (count, WITHVALUES)."),
     spec!("srandmember", -2, R, 1, 1, 1, Set, "Get one or multiple random members from a set."),
     spec!("ping", -1, CONN, 0, 0, 0, Connection, "Returns the server's liveliness response."),
     spec!("echo", 2, CONN, 0, 0, 0, Connection, "Returns the given string."),
@@ -469,6 +471,8 @@ pub enum Shape {
     Keys,
     /// Members and scores, one array per pair in RESP3 (WITHSCORES, ZPOPMIN with a count).
     ScorePairs,
+    /// Fields and values, one array per pair in RESP3 (HRANDFIELD … WITHVALUES).
+    FieldValuePairs,
     /// Members and scores in one array (ZPOPMIN without a count).
     ScorePairsFlat,
     /// An integer, or null (ZRANK of a missing member).
@@ -765,6 +769,30 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
             }
             _ => return Err(syntax_error()),
         },
+        "hrandfield" => {
+            // Redis's order of checks: the count, then the rest.
+            if a.len() == 1 {
+                return Ok((Op::HashRandField { key: key(), count: None, with_values: false }, Bulk));
+            }
+            let n = int_arg(&a[1])?;
+            if n == i64::MIN {
+                return Err(RespValue::err(
+                    "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+                ));
+            }
+            let with_values = match a {
+                [_, _] => false,
+                [_, _, w] if w.eq_ignore_ascii_case(b"withvalues") => true,
+                _ => return Err(syntax_error()),
+            };
+            // Bounded like SRANDMEMBER's negative count.
+            if n < -MAX_RANDMEMBER_REPEATS {
+                return Err(RespValue::err("ERR value is out of range"));
+            }
+            let op = Op::HashRandField { key: key(), count: Some(n), with_values };
+            (op, if with_values { FieldValuePairs } else { Items })
+        }
+        "object" => object_op(a)?,
         "lrange" => (Op::ListRange { key: key(), start: int_arg(&a[1])?, stop: int_arg(&a[2])? }, Items),
         "llen" => (Op::ListLen { key: key() }, Int),
         "lindex" => (Op::ListIndex { key: key(), index: int_arg(&a[1])? }, Bulk),
@@ -783,6 +811,32 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
         other => return Err(RespValue::err(format!("ERR command '{other}' has no data translation"))),
     })
 }
+
+/// OBJECT ENCODING key | OBJECT HELP. Redis's other subcommands (FREQ, IDLETIME, REFCOUNT)
+/// describe its memory management, which synod does not have: they get Redis's reply to an
+/// unknown subcommand.
+fn object_op(a: &[Bytes]) -> Result<(Op, Shape), RespValue> {
+    let sub = a[0].to_ascii_lowercase();
+    match (&sub[..], a.len()) {
+        (b"encoding", 2) => Ok((Op::ObjectEncoding { key: a[1].clone() }, Shape::Bulk)),
+        (b"help", 1) => Err(RespValue::Array(OBJECT_HELP.iter().map(|l| RespValue::Simple(l.to_string())).collect())),
+        (b"encoding" | b"help", _) => Err(wrong_arity(&format!("object|{}", String::from_utf8_lossy(&sub)))),
+        _ => {
+            let name: String = String::from_utf8_lossy(&a[0]).chars().take(128).collect();
+            Err(RespValue::err(format!("ERR unknown subcommand '{name}'. Try OBJECT HELP.")))
+        }
+    }
+}
+
+/// OBJECT HELP, as redis-server 7.0 sends it (with the subcommands synod answers).
+const OBJECT_HELP: &[&str] = &[
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "HELP",
+    "    Prints this help.",
+];
 
 /// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT ts | PXAT ts-ms | KEEPTTL]
 fn set_op(a: &[Bytes]) -> Result<Op, RespValue> {
@@ -1087,6 +1141,9 @@ pub fn render(shape: Shape, result: OpResult, cursors: &Cursors) -> RespValue {
             pairs: items.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect(),
             nested: shape == Shape::ScorePairs,
         },
+        (Shape::FieldValuePairs, OpResult::Items(Some(items))) => {
+            V::Pairs(items.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect())
+        }
         (Shape::IntOrNull | Shape::IntOrScore, OpResult::Int(n)) => V::Int(n),
         (Shape::IntOrNull, OpResult::Value(None)) => V::Null,
         (Shape::Score | Shape::IntOrScore, OpResult::Value(v)) => V::opt_double(v),
@@ -1300,6 +1357,32 @@ mod tests {
         assert_eq!(error("SPOP s x"), "ERR value is out of range, must be positive");
         assert_eq!(error("SRANDMEMBER s -1000001"), "ERR value is out of range");
         assert_eq!(op("SRANDMEMBER s -3"), Op::SetRandMember { key: b("s"), count: Some(-3) });
+        // HRANDFIELD: Redis's order of checks (the count, then the syntax) and its texts.
+        assert_eq!(op("HRANDFIELD h"), Op::HashRandField { key: b("h"), count: None, with_values: false });
+        assert_eq!(
+            op("hrandfield h -2 WithValues"),
+            Op::HashRandField { key: b("h"), count: Some(-2), with_values: true }
+        );
+        assert_eq!(error("HRANDFIELD h x"), "ERR value is not an integer or out of range");
+        assert_eq!(error("HRANDFIELD h x foo"), "ERR value is not an integer or out of range");
+        assert_eq!(error("HRANDFIELD h 1 foo"), "ERR syntax error");
+        assert_eq!(error("HRANDFIELD h 1 withvalues x"), "ERR syntax error");
+        assert_eq!(
+            error("HRANDFIELD h -9223372036854775808"),
+            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"
+        );
+        assert_eq!(error("HRANDFIELD h -1000001"), "ERR value is out of range");
+        let fv = OpResult::Items(Some(vec![b("f"), b("v")]));
+        assert_eq!(render(Shape::FieldValuePairs, fv, &Cursors::new(1)), RespValue::Pairs(vec![(b("f"), b("v"))]));
+        // OBJECT
+        assert_eq!(op("OBJECT encoding k"), Op::ObjectEncoding { key: b("k") });
+        assert_eq!(error("OBJECT ENCODING"), "ERR wrong number of arguments for 'object|encoding' command");
+        assert_eq!(error("OBJECT encoding a b"), "ERR wrong number of arguments for 'object|encoding' command");
+        assert_eq!(error("OBJECT help x"), "ERR wrong number of arguments for 'object|help' command");
+        assert_eq!(error("OBJECT FOO k"), "ERR unknown subcommand 'FOO'. Try OBJECT HELP.");
+        assert_eq!(error("OBJECT"), "ERR wrong number of arguments for 'object' command");
+        let Translated::Reply(RespValue::Array(help)) = tr("OBJECT HELP") else { panic!() };
+        assert_eq!(help[1], RespValue::Simple("ENCODING <key>".into()));
         let c = Cursors::new(1);
         assert_eq!(render(Shape::Items, OpResult::Items(None), &c), RespValue::NullArray);
         assert_eq!(render(Shape::TtlSecs, OpResult::Int(1_499), &c), RespValue::Int(1));
@@ -1383,6 +1466,9 @@ mod tests {
                 if s.name.contains("lex") {
                     a[2] = b("-");
                     a[3] = b("+");
+                }
+                if s.name == "object" {
+                    a = vec![b("object"), b("ENCODING"), b("1")];
                 }
                 let t = translate(&a, &Cursors::new(1));
                 assert!(matches!(t, Translated::Data { .. }), "{}: {t:?}", s.name);

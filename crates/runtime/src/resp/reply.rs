@@ -27,6 +27,9 @@ pub enum RespValue {
         pairs: Vec<(Bytes, Bytes)>,
         nested: bool,
     },
+    /// Field/value pairs (HRANDFIELD … WITHVALUES): a flat array of bulk strings in RESP2,
+    /// an array of two-element arrays in RESP3.
+    Pairs(Vec<(Bytes, Bytes)>),
     /// A null array: `*-1` in RESP2 (EXEC of an aborted transaction), `_` in RESP3.
     NullArray,
     Array(Vec<RespValue>),
@@ -98,6 +101,12 @@ impl RespValue {
             RespValue::Map(pairs) => {
                 Frame2::Array(pairs.iter().flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()]).collect())
             }
+            RespValue::Pairs(pairs) => Frame2::Array(
+                pairs
+                    .iter()
+                    .flat_map(|(f, v)| [Frame2::BulkString(f.clone()), Frame2::BulkString(v.clone())])
+                    .collect(),
+            ),
             RespValue::ScorePairs { pairs, .. } => Frame2::Array(
                 pairs
                     .iter()
@@ -117,6 +126,14 @@ impl RespValue {
             RespValue::Null | RespValue::NullArray => Frame3::Null,
             RespValue::Array(items) => {
                 Frame3::Array { data: items.iter().map(|v| v.to_resp3()).collect(), attributes: None }
+            }
+            RespValue::Pairs(pairs) => {
+                let bulk = |b: &Bytes| Frame3::BlobString { data: b.clone(), attributes: None };
+                let data = pairs
+                    .iter()
+                    .map(|(f, v)| Frame3::Array { data: vec![bulk(f), bulk(v)], attributes: None })
+                    .collect();
+                Frame3::Array { data, attributes: None }
             }
             RespValue::ScorePairs { pairs, nested } => {
                 let double = double3;
@@ -166,6 +183,9 @@ mod tests {
         assert_eq!(enc(&pairs(true), 2), "*2\r\n$1\r\nm\r\n$3\r\n1.5\r\n");
         assert_eq!(enc(&pairs(true), 3), "*1\r\n*2\r\n$1\r\nm\r\n,1.5\r\n");
         assert_eq!(enc(&pairs(false), 3), "*2\r\n$1\r\nm\r\n,1.5\r\n");
+        let fv = RespValue::Pairs(vec![(Bytes::from("f"), Bytes::from("v"))]);
+        assert_eq!(enc(&fv, 2), "*2\r\n$1\r\nf\r\n$1\r\nv\r\n");
+        assert_eq!(enc(&fv, 3), "*1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n");
         assert_eq!(enc(&RespValue::Double(Bytes::from("3.5")), 2), "$3\r\n3.5\r\n");
         assert_eq!(enc(&RespValue::Double(Bytes::from("3.5")), 3), ",3.5\r\n");
         assert_eq!(enc(&RespValue::Double(Bytes::from("-inf")), 3), ",-inf\r\n");
