@@ -15,7 +15,7 @@
 #               and 1-node clusters as targets "base-3" / "base-1", measured in the same
 #               rounds, so an A/B comparison shares the machine's load
 #   PROTOCOLS   extra protocols run as 3-node synod targets besides multipaxos
-#               (e.g. "raft raftplus"); default none
+#               (e.g. "raft raft+"); default none
 #   ROUNDS      rounds per target (default 3)   DURATION  measured seconds per run (default 8)
 #   CLIENTS     closed-loop clients (default 64)   BASE_PORT  first port (default 26000; the
 #               script uses BASE_PORT..BASE_PORT+999)
