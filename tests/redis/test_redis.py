@@ -367,6 +367,48 @@ def test_member_scans_visit_every_member_once(r, p):
     assert cursor != 0 and len(page) == 10
 
 
+def test_scan_cursors_continue_on_another_replica(p):
+    """A cursor is the key's fingerprint, not a replica's private handle: a scan started on one
+    replica continues on the next one (as after a failover or a reconnect) and still visits
+    every key and member exactly once when nothing changes meanwhile."""
+    clients = [client(port, decode_responses=True) for port in PORTS]
+    try:
+        keys = {f"{p}k{i}" for i in range(60)}
+        clients[0].mset({k: "v" for k in keys})
+        clients[0].sadd(p + "s", *[f"m{i}" for i in range(80)])
+        got, cursor, turn = [], 0, 0
+        while True:
+            cursor, page = clients[turn % len(clients)].scan(cursor, match=p + "k*", count=9)
+            got.extend(page)
+            turn += 1
+            if cursor == 0:
+                break
+        assert turn > len(clients) and sorted(got) == sorted(keys)
+        members, cursor, turn = [], 0, 0
+        while True:
+            cursor, page = clients[turn % len(clients)].sscan(p + "s", cursor, count=7)
+            members.extend(page)
+            turn += 1
+            if cursor == 0:
+                break
+        assert sorted(members) == sorted(f"m{i}" for i in range(80))
+        # A cursor that stands for a member deleted meanwhile starts over on another replica:
+        # repeats, but nothing present throughout is missed.
+        cursor, page = clients[0].sscan(p + "s", 0, count=5)
+        assert cursor != 0 and len(page) == 5
+        deleted = max(page)  # members come in member order: the cursor stands for the last
+        clients[0].srem(p + "s", deleted)
+        seen, turn = set(page), 1
+        while cursor != 0:
+            cursor, page = clients[turn % len(clients)].sscan(p + "s", cursor, count=7)
+            seen.update(page)
+            turn += 1
+        assert seen >= {f"m{i}" for i in range(80)} - {deleted}
+    finally:
+        for c in clients:
+            c.close()
+
+
 def test_resp3_via_hello(p):
     c = client(protocol=3, decode_responses=True)
     try:

@@ -429,6 +429,41 @@ pub enum Op {
     ObjectEncoding {
         key: Bytes,
     },
+    /// SCAN / HSCAN / SSCAN / ZSCAN continued from a cursor the serving replica does not
+    /// remember (handed out by another replica before a failover, or before a restart). A
+    /// cursor is the [`scan_fingerprint`] of the key (member) the scan continues after; the
+    /// state machine takes the smallest key (member) with that fingerprint and continues after
+    /// it exactly as [`Op::KeyScan`] / [`Op::MemberScan`]. If none has it (deleted since), the
+    /// scan starts again from the beginning: Redis's SCAN contract allows an element to be
+    /// returned more than once, never to be missed. Linear in the collection, once per cursor
+    /// that changes replica.
+    ScanResume {
+        target: ScanTarget,
+        fingerprint: u64,
+        pattern: Option<Bytes>,
+        count: u32,
+    },
+}
+
+/// What a resumed scan ([`Op::ScanResume`]) walks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ScanTarget {
+    /// The key space (SCAN).
+    Keys,
+    /// The members of the hash, set or sorted set at `key` (HSCAN, SSCAN, ZSCAN).
+    Members { key: Bytes, of: ScanOf },
+}
+
+/// The SCAN cursor standing for a key or member: 64-bit FNV-1a of its bytes (a fixed function,
+/// so every replica and every version computes the same cursor), never 0 (cursor 0 means
+/// "start" and "done" in Redis).
+pub fn scan_fingerprint(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.max(1)
 }
 
 /// Options of ZADD.
@@ -766,7 +801,8 @@ impl Op {
             | Op::ZRange { key, .. }
             | Op::ZPop { key, .. }
             | Op::HashRandField { key, .. }
-            | Op::ObjectEncoding { key } => Footprint::Keys(vec![key]),
+            | Op::ObjectEncoding { key }
+            | Op::ScanResume { target: ScanTarget::Members { key, .. }, .. } => Footprint::Keys(vec![key]),
             Op::SetCombine { keys, .. } => Footprint::Keys(keys.iter().map(|k| &k[..]).collect()),
             Op::Rename { from, to, .. } | Op::Copy { from, to, .. } | Op::ListMove { from, to, .. } => {
                 Footprint::Keys(vec![from, to])
@@ -776,7 +812,9 @@ impl Op {
             }
             Op::MultiPut { pairs } => Footprint::Keys(pairs.iter().map(|(k, _)| &k[..]).collect()),
             Op::Scan { start, end, .. } => Footprint::Range { start, end },
-            Op::KeyScan { .. } | Op::DbSize | Op::FlushAll => Footprint::All,
+            Op::KeyScan { .. } | Op::ScanResume { target: ScanTarget::Keys, .. } | Op::DbSize | Op::FlushAll => {
+                Footprint::All
+            }
             Op::Noop => Footprint::None,
             Op::Multi { ops, watch } => {
                 // The union of the parts and the watched keys; a range or the whole key
@@ -869,6 +907,7 @@ impl Op {
                     f(p);
                 }
             }
+            Op::ScanResume { pattern: Some(p), .. } => f(p),
             Op::ZLexCount { min, max, .. } | Op::ZRange { by: ZRangeBy::Lex { min, max }, .. } => {
                 f(min.name());
                 f(max.name());
@@ -1232,6 +1271,67 @@ impl KvStore {
             Some(Item { value: Value::ZSet(z), .. }) => Ok(Some(z)),
             Some(_) => Err(OpResult::Error(WRONGTYPE.into())),
         }
+    }
+
+    /// SCAN: keys after `after` (exclusive; empty = from the start) in key order, examining at
+    /// most `count`, those matching `pattern`; and the key to continue after when more follow.
+    fn key_scan(&self, after: &Bytes, pattern: &Option<Bytes>, count: u32) -> OpResult {
+        let lower = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.clone()) };
+        let mut keys = Vec::new();
+        let mut last = None;
+        for (k, _) in self.map.range((lower, Bound::Unbounded)).take(count.max(1) as usize) {
+            last = Some(k.clone());
+            if pattern.as_ref().is_none_or(|p| glob_match(p, k)) {
+                keys.push(k.clone());
+            }
+        }
+        let more = last
+            .as_ref()
+            .is_some_and(|l| self.map.range((Bound::Excluded(l.clone()), Bound::Unbounded)).next().is_some());
+        OpResult::Keys { keys, next: if more { last } else { None } }
+    }
+
+    /// HSCAN / SSCAN / ZSCAN: like [`KvStore::key_scan`] over the members of one collection.
+    fn member_scan(
+        &self,
+        key: &[u8],
+        of: ScanOf,
+        after: &Bytes,
+        pattern: &Option<Bytes>,
+        count: u32,
+    ) -> Result<OpResult, OpResult> {
+        let lower = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.clone()) };
+        let range = (lower, Bound::Unbounded);
+        let take = count.max(1) as usize;
+        let keep = |m: &Bytes| pattern.as_ref().is_none_or(|p| glob_match(p, m));
+        // (member, what follows it in the reply), in member order; and whether more follow.
+        let (found, more): (Vec<(Bytes, Option<Bytes>)>, bool) = match of {
+            ScanOf::Hash => match self.hash(key)? {
+                None => (Vec::new(), false),
+                Some(h) => {
+                    let mut it = h.range(range).map(|(f, v)| (f.clone(), Some(v.clone())));
+                    (it.by_ref().take(take).collect(), it.next().is_some())
+                }
+            },
+            ScanOf::Set => match self.set(key)? {
+                None => (Vec::new(), false),
+                Some(m) => {
+                    let mut it = m.range(range).map(|x| (x.clone(), None));
+                    (it.by_ref().take(take).collect(), it.next().is_some())
+                }
+            },
+            ScanOf::ZSet => match self.zset(key)? {
+                None => (Vec::new(), false),
+                Some(z) => {
+                    let mut it =
+                        z.scores.range(range).map(|(m, sc)| (m.clone(), Some(Bytes::from(format_score(sc.0)))));
+                    (it.by_ref().take(take).collect(), it.next().is_some())
+                }
+            },
+        };
+        let next = if more { found.last().map(|(m, _)| m.clone()) } else { None };
+        let keys = found.into_iter().filter(|(m, _)| keep(m)).flat_map(|(m, v)| std::iter::once(m).chain(v)).collect();
+        Ok(OpResult::Keys { keys, next })
     }
 
     /// Change the sorted set under `key` in place (O(log n) per member, where copying it would
@@ -1905,55 +2005,28 @@ impl KvStore {
                 }
                 .into(),
             ),
-            Op::KeyScan { after, pattern, count } => {
-                let lower = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.clone()) };
-                let mut keys = Vec::new();
-                let mut last = None;
-                for (k, _) in self.map.range((lower, Bound::Unbounded)).take((*count).max(1) as usize) {
-                    last = Some(k.clone());
-                    if pattern.as_ref().is_none_or(|p| glob_match(p, k)) {
-                        keys.push(k.clone());
+            Op::KeyScan { after, pattern, count } => self.key_scan(after, pattern, *count),
+            Op::MemberScan { key, of, after, pattern, count } => self.member_scan(key, *of, after, pattern, *count)?,
+            Op::ScanResume { target, fingerprint, pattern, count } => {
+                // The smallest name with the fingerprint (so a collision can only repeat
+                // elements, never skip one); empty (start over) when none has it.
+                fn resolve<'a>(mut names: impl Iterator<Item = &'a Bytes>, fingerprint: u64) -> Bytes {
+                    names.find(|n| scan_fingerprint(n) == fingerprint).cloned().unwrap_or_default()
+                }
+                match target {
+                    ScanTarget::Keys => {
+                        let after = resolve(self.map.keys(), *fingerprint);
+                        self.key_scan(&after, pattern, *count)
+                    }
+                    ScanTarget::Members { key, of } => {
+                        let after = match of {
+                            ScanOf::Hash => self.hash(key)?.map(|h| resolve(h.keys(), *fingerprint)),
+                            ScanOf::Set => self.set(key)?.map(|m| resolve(m.iter(), *fingerprint)),
+                            ScanOf::ZSet => self.zset(key)?.map(|z| resolve(z.scores.keys(), *fingerprint)),
+                        };
+                        self.member_scan(key, *of, &after.unwrap_or_default(), pattern, *count)?
                     }
                 }
-                let more = last
-                    .as_ref()
-                    .is_some_and(|l| self.map.range((Bound::Excluded(l.clone()), Bound::Unbounded)).next().is_some());
-                OpResult::Keys { keys, next: if more { last } else { None } }
-            }
-            Op::MemberScan { key, of, after, pattern, count } => {
-                let lower = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.clone()) };
-                let range = (lower, Bound::Unbounded);
-                let take = (*count).max(1) as usize;
-                let keep = |m: &Bytes| pattern.as_ref().is_none_or(|p| glob_match(p, m));
-                // (member, what follows it in the reply), in member order; and whether more follow.
-                let (found, more): (Vec<(Bytes, Option<Bytes>)>, bool) = match of {
-                    ScanOf::Hash => match self.hash(key)? {
-                        None => (Vec::new(), false),
-                        Some(h) => {
-                            let mut it = h.range(range).map(|(f, v)| (f.clone(), Some(v.clone())));
-                            (it.by_ref().take(take).collect(), it.next().is_some())
-                        }
-                    },
-                    ScanOf::Set => match self.set(key)? {
-                        None => (Vec::new(), false),
-                        Some(m) => {
-                            let mut it = m.range(range).map(|x| (x.clone(), None));
-                            (it.by_ref().take(take).collect(), it.next().is_some())
-                        }
-                    },
-                    ScanOf::ZSet => match self.zset(key)? {
-                        None => (Vec::new(), false),
-                        Some(z) => {
-                            let mut it =
-                                z.scores.range(range).map(|(m, sc)| (m.clone(), Some(Bytes::from(format_score(sc.0)))));
-                            (it.by_ref().take(take).collect(), it.next().is_some())
-                        }
-                    },
-                };
-                let next = if more { found.last().map(|(m, _)| m.clone()) } else { None };
-                let keys =
-                    found.into_iter().filter(|(m, _)| keep(m)).flat_map(|(m, v)| std::iter::once(m).chain(v)).collect();
-                OpResult::Keys { keys, next }
             }
             Op::DbSize => OpResult::Int(self.map.len() as i64),
             Op::ListRange { key, start, stop } => {
@@ -3205,9 +3278,10 @@ mod tests {
             Op::MemberScan { .. } => 67,
             Op::HashRandField { .. } => 68,
             Op::ObjectEncoding { .. } => 69,
+            Op::ScanResume { .. } => 70,
         }
     }
-    const KINDS: usize = 70;
+    const KINDS: usize = 71;
 
     /// A store with a key of every type: strings `str` and `n` (a number), hash `h`, lists
     /// `l` and `m`, sets `s` and `t`, sorted sets `y` and `z`.
@@ -3268,6 +3342,12 @@ mod tests {
             Op::MemberScan { key: k("h"), of: ScanOf::Hash, after: Bytes::new(), pattern: None, count: 10 },
             Op::HashRandField { key: k("h"), count: Some(-3), with_values: true },
             Op::ObjectEncoding { key: k("z") },
+            Op::ScanResume {
+                target: ScanTarget::Members { key: k("z"), of: ScanOf::ZSet },
+                fingerprint: scan_fingerprint(b"a"),
+                pattern: Some(k("*")),
+                count: 10,
+            },
             Op::DbSize,
             Op::SetWithTtl { key: k("str"), value: k("v"), cond: SetCond::Always, ttl_ms: 10, get: true },
             Op::Versions { keys: ks(&["str", "z"]) },
@@ -3330,6 +3410,68 @@ mod tests {
             Op::SetRandMember { key: k("t"), count: Some(-3) },
             Op::ListMove { from: k("l"), to: k("m"), from_left: true, to_left: false },
         ]
+    }
+
+    /// A scan resumed from a cursor's fingerprint (on a replica that did not hand the cursor
+    /// out) continues exactly where the remembered key would; when that key is gone it starts
+    /// over, so an element present throughout is never missed.
+    #[test]
+    fn a_scan_resumed_from_a_fingerprint_continues_after_its_key() {
+        let mut kv = KvStore::new();
+        let names: Vec<String> = (0..40).map(|i| format!("k{i:02}")).collect();
+        for n in &names {
+            kv.apply0(&Op::Put { key: b(n), value: b("v") });
+        }
+        kv.apply0(&Op::HashSet { key: b("h"), pairs: names.iter().map(|n| (b(n), b("1"))).collect() });
+        let keys_of = |r: OpResult| match r {
+            OpResult::Keys { keys, next } => (keys, next),
+            other => panic!("{other:?}"),
+        };
+        // Key space: alternate the remembered and the resumed way; every key exactly once.
+        let (mut seen, mut next) = keys_of(kv.apply0(&Op::KeyScan { after: Bytes::new(), pattern: None, count: 7 }));
+        let mut resumed = false;
+        while let Some(after) = next {
+            let op = if resumed {
+                Op::KeyScan { after, pattern: None, count: 7 }
+            } else {
+                let fingerprint = scan_fingerprint(&after);
+                Op::ScanResume { target: ScanTarget::Keys, fingerprint, pattern: None, count: 7 }
+            };
+            resumed = !resumed;
+            let (keys, n) = keys_of(kv.apply0(&op));
+            seen.extend(keys);
+            next = n;
+        }
+        let mut expected: Vec<Bytes> = names.iter().map(|n| b(n)).collect();
+        expected.insert(0, b("h"));
+        assert_eq!(seen, expected);
+        // Members: resumed after k09 gives k10.. like HSCAN after k09.
+        let member = |after: &str| Op::MemberScan {
+            key: b("h"),
+            of: ScanOf::Hash,
+            after: b(after),
+            pattern: Some(b("k1*")),
+            count: 3,
+        };
+        let target = ScanTarget::Members { key: b("h"), of: ScanOf::Hash };
+        let resume =
+            |fingerprint| Op::ScanResume { target: target.clone(), fingerprint, pattern: Some(b("k1*")), count: 3 };
+        assert_eq!(kv.apply0(&resume(scan_fingerprint(b"k09"))), kv.apply0(&member("k09")));
+        // The key the cursor stood for was deleted: start over (repeats, no misses).
+        kv.apply0(&Op::MultiDelete { keys: vec![b("k09")] });
+        let (keys, _) = keys_of(kv.apply0(&Op::ScanResume {
+            target: ScanTarget::Keys,
+            fingerprint: scan_fingerprint(b"k09"),
+            pattern: None,
+            count: 2,
+        }));
+        assert_eq!(keys, vec![b("h"), b("k00")]);
+        // Resuming on the wrong type is WRONGTYPE, as HSCAN is; cursor 0 never stands for a key.
+        assert!(matches!(
+            kv.apply0(&Op::ScanResume { target: ScanTarget::Members { key: b("k00"), of: ScanOf::Set }, fingerprint: 5, pattern: None, count: 1 }),
+            OpResult::Error(e) if e.starts_with("WRONGTYPE")
+        ));
+        assert_ne!(scan_fingerprint(b""), 0);
     }
 
     /// Every operation's footprint covers what it touches (EPaxos orders interfering commands

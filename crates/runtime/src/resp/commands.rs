@@ -11,7 +11,7 @@ use super::reply::RespValue;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use synod_core::kv::SetCond;
+use synod_core::kv::{scan_fingerprint, ScanOf, ScanTarget, SetCond};
 use synod_core::{Op, OpResult};
 
 /// Which part of the server answers a command.
@@ -588,17 +588,26 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
         "dbsize" => (Op::DbSize, Int),
         "keys" => (Op::KeyScan { after: Bytes::new(), pattern: Some(key()), count: u32::MAX }, Keys),
         "scan" => {
-            let (after, pattern, count) = scan_args(a, cursors, true)?;
-            (Op::KeyScan { after, pattern, count }, Scan)
+            let (from, pattern, count) = scan_args(a, cursors, true)?;
+            match from {
+                Ok(after) => (Op::KeyScan { after, pattern, count }, Scan),
+                Err(fingerprint) => (Op::ScanResume { target: ScanTarget::Keys, fingerprint, pattern, count }, Scan),
+            }
         }
         "hscan" | "sscan" | "zscan" => {
             let of = match name {
-                "hscan" => synod_core::kv::ScanOf::Hash,
-                "sscan" => synod_core::kv::ScanOf::Set,
-                _ => synod_core::kv::ScanOf::ZSet,
+                "hscan" => ScanOf::Hash,
+                "sscan" => ScanOf::Set,
+                _ => ScanOf::ZSet,
             };
-            let (after, pattern, count) = scan_args(&a[1..], cursors, false)?;
-            (Op::MemberScan { key: key(), of, after, pattern, count }, Scan)
+            let (from, pattern, count) = scan_args(&a[1..], cursors, false)?;
+            match from {
+                Ok(after) => (Op::MemberScan { key: key(), of, after, pattern, count }, Scan),
+                Err(fingerprint) => {
+                    let target = ScanTarget::Members { key: key(), of };
+                    (Op::ScanResume { target, fingerprint, pattern, count }, Scan)
+                }
+            }
         }
         "hset" => (Op::HashSet { key: key(), pairs: pairs(&a[1..], name)? }, Int),
         "hmset" => (Op::HashSet { key: key(), pairs: pairs(&a[1..], name)? }, Done),
@@ -1076,12 +1085,16 @@ fn getex_op(a: &[Bytes]) -> Result<Op, RespValue> {
 
 /// SCAN cursor [MATCH pattern] [COUNT count]
 /// A cursor and the MATCH / COUNT options of SCAN, HSCAN, SSCAN and ZSCAN: where to continue
-/// (the member or key the cursor stands for), the pattern and the count. SCAN's TYPE option
-/// (`key_scan`) is refused as unsupported; the member scans have none.
-fn scan_args(a: &[Bytes], cursors: &Cursors, key_scan: bool) -> Result<(Bytes, Option<Bytes>, u32), RespValue> {
+/// — `Ok(key)`: after the key or member this replica knows the cursor stands for (empty: from
+/// the start); `Err(fingerprint)`: a cursor this replica did not hand out (another replica's,
+/// before a failover or a restart), resumed by the state machine ([`Op::ScanResume`]) — the
+/// pattern and the count. SCAN's TYPE option (`key_scan`) is refused as unsupported; the
+/// member scans have none.
+type ScanFrom = Result<Bytes, u64>;
+fn scan_args(a: &[Bytes], cursors: &Cursors, key_scan: bool) -> Result<(ScanFrom, Option<Bytes>, u32), RespValue> {
     let invalid = || RespValue::err("ERR invalid cursor");
     let cursor: u64 = std::str::from_utf8(&a[0]).ok().and_then(|s| s.parse().ok()).ok_or_else(invalid)?;
-    let after = if cursor == 0 { Bytes::new() } else { cursors.lookup(cursor).ok_or_else(invalid)? };
+    let after = if cursor == 0 { Ok(Bytes::new()) } else { cursors.lookup(cursor).ok_or(cursor) };
     let mut pattern = None;
     let mut count = 10u32;
     let mut i = 1;
@@ -1155,16 +1168,18 @@ pub fn render(shape: Shape, result: OpResult, cursors: &Cursors) -> RespValue {
 }
 
 /// SCAN cursors. Redis cursors are integers that clients parse (redis-py, redis-cli), while
-/// synod's scan continues after a key; this table maps the integers handed out to the keys
-/// they stand for. It is per replica and bounded (oldest cursors are forgotten, and a
-/// forgotten or foreign cursor is `ERR invalid cursor`), and ids start at a random base so
-/// that a cursor from before a restart is not mistaken for a new one.
+/// synod's scan continues after a key. The cursor handed out for a key is its
+/// [`scan_fingerprint`] — the same on every replica and in every version — and this table
+/// remembers, per replica and bounded (oldest forgotten), which key each cursor it handed out
+/// stands for, so that continuing is a range read. A cursor the table does not know (handed
+/// out by a replica that has since failed, or before a restart, or forgotten) is resumed by
+/// the state machine from the fingerprint ([`Op::ScanResume`]): cursors survive a leader
+/// change, a reconnect to another replica and a restart.
 pub struct Cursors {
     inner: Mutex<CursorTable>,
 }
 
 struct CursorTable {
-    next: u64,
     map: HashMap<u64, Bytes>,
     order: VecDeque<u64>,
     cap: usize,
@@ -1175,21 +1190,28 @@ pub const MAX_CURSORS: usize = 100_000;
 
 impl Cursors {
     pub fn new(cap: usize) -> Cursors {
-        let base = rand::random::<u64>() % (1 << 40) + 1;
-        Cursors {
-            inner: Mutex::new(CursorTable { next: base, map: HashMap::new(), order: VecDeque::new(), cap: cap.max(1) }),
-        }
+        Cursors { inner: Mutex::new(CursorTable { map: HashMap::new(), order: VecDeque::new(), cap: cap.max(1) }) }
     }
 
     pub fn register(&self, key: Bytes) -> u64 {
+        let id = scan_fingerprint(&key);
         let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let id = t.next;
-        t.next = t.next.wrapping_add(1).max(1);
-        t.map.insert(id, key);
-        t.order.push_back(id);
-        while t.order.len() > t.cap {
-            if let Some(old) = t.order.pop_front() {
-                t.map.remove(&old);
+        match t.map.get_mut(&id) {
+            // Two keys with one fingerprint: remember the smaller, so that a scan meant to
+            // continue after the larger one repeats keys rather than skipping any.
+            Some(known) => {
+                if key < *known {
+                    *known = key;
+                }
+            }
+            None => {
+                t.map.insert(id, key);
+                t.order.push_back(id);
+                while t.order.len() > t.cap {
+                    if let Some(old) = t.order.pop_front() {
+                        t.map.remove(&old);
+                    }
+                }
             }
         }
         id
@@ -1308,7 +1330,21 @@ mod tests {
             Op::KeyScan { after: Bytes::new(), pattern: Some(b("u:*")), count: 100 }
         );
         assert_eq!(error("SCAN x"), "ERR invalid cursor");
-        assert_eq!(error("SCAN 12345"), "ERR invalid cursor");
+        assert_eq!(error("SCAN -1"), "ERR invalid cursor");
+        // A cursor this replica did not hand out is resumed by the state machine.
+        assert_eq!(
+            op("SCAN 12345 COUNT 5"),
+            Op::ScanResume { target: ScanTarget::Keys, fingerprint: 12345, pattern: None, count: 5 }
+        );
+        assert_eq!(
+            op("ZSCAN z 77"),
+            Op::ScanResume {
+                target: ScanTarget::Members { key: b("z"), of: ScanOf::ZSet },
+                fingerprint: 77,
+                pattern: None,
+                count: 10
+            }
+        );
         assert_eq!(error("SCAN 0 COUNT 0"), "ERR syntax error");
         assert_eq!(error("SCAN 0 MATCH"), "ERR syntax error");
         // A cursor handed out by a reply continues after its key.
