@@ -529,3 +529,50 @@ fn craft_follower_behind_a_snapshot_in_shards_gets_it_while_appends_flow() {
     assert_eq!(net.node(f).sm.digest(), net.node(l).sm.digest());
     net.assert_agreement();
 }
+
+/// `synod check --protocol craft --seed 104` (and 1007, 3951, 5167; 1000063 with five): the
+/// new leader held only shards of committed entries that its followers had executed and
+/// compacted into snapshots, so no `Gathered` held anything of them and it waited forever.
+/// The recovering leader now pulls the snapshot of a follower that compacted past its first
+/// shard (part 6 of craft.rs), installs it and goes on.
+#[test]
+fn craft_recovering_leader_pulls_the_snapshot_of_a_follower_that_compacted_its_shards() {
+    let params =
+        ProtocolParams { snapshot_every: 10, snapshot_keep: 2, snapshot_chunk_bytes: 256, ..Default::default() };
+    let mut net = Net::with_params(3, build_craft, params);
+    let l = elect(&mut net);
+    let f: Vec<NodeId> = (1..=3).filter(|n| *n != l).collect();
+    let (a, b) = (f[0], f[1]);
+    // `b` acknowledges its shards (so entries commit on q = 3) but never gets a full copy:
+    // no Fill, no snapshot. `a` executes through fills and compacts.
+    net.drop = Box::new(move |_, to, m| to == b && is_msg(m, |m| matches!(m, Msg::Fill { .. } | Msg::Snapshot { .. })));
+    for i in 1..=30 {
+        net.request(l, 1, i, put(&format!("k{}", i % 4), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_millis(300));
+    let snap_a: u64 = extra(&net, a, "snapshot_index").parse().expect("a compacted");
+    assert!(snap_a >= 20, "a's snapshot at {snap_a}");
+    let full_b: u64 = extra(&net, b, "full_upto").parse().unwrap();
+    assert!(full_b < 10, "b holds shards from {}", full_b + 1);
+    // The leader fails; `b` is elected (a's vote requests are lost) and holds only shards of
+    // entries a holds only in its snapshot.
+    net.crash(l);
+    net.drop = Box::new(move |from, _, m| from == a && is_msg(m, |m| matches!(m, Msg::RequestVote { .. })));
+    while net.leader() != Some(b) {
+        net.tick();
+        assert!(net.now.since(Time::ZERO) < Duration::from_secs(20), "b is elected");
+    }
+    net.drop = Box::new(|_, _, _| false);
+    net.request(b, 2, 1, get("k1"));
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(29))), "b pulled a's snapshot and leads");
+    assert_eq!(extra(&net, b, "recovering"), "false");
+    assert!(extra(&net, b, "snapshot_index").parse::<u64>().unwrap() >= snap_a);
+    net.request(b, 2, 2, put("k9", "after"));
+    assert_eq!(net.reply_for(2, 2), Some(&DONE));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.executed(a), net.executed(b));
+    assert_eq!(net.node(a).sm.digest(), net.node(b).sm.digest());
+    net.assert_agreement();
+}
