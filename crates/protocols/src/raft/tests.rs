@@ -563,10 +563,18 @@ fn craft_recovering_leader_pulls_the_snapshot_of_a_follower_that_compacted_its_s
         net.tick();
         assert!(net.now.since(Time::ZERO) < Duration::from_secs(20), "b is elected");
     }
-    net.drop = Box::new(|_, _, _| false);
+    let pulled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let p2 = pulled.clone();
+    net.drop = Box::new(move |from, to, m| {
+        if from == a && to == b && is_msg(m, |m| matches!(m, Msg::PulledSnapshot { .. })) {
+            p2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        false
+    });
     net.request(b, 2, 1, get("k1"));
     net.run_for(Duration::from_secs(2));
     assert_eq!(net.reply_for(2, 1), Some(&value(&big(29))), "b pulled a's snapshot and leads");
+    assert!(pulled.load(std::sync::atomic::Ordering::Relaxed) > 1, "the snapshot came in chunks from a");
     assert_eq!(extra(&net, b, "recovering"), "false");
     assert!(extra(&net, b, "snapshot_index").parse::<u64>().unwrap() >= snap_a);
     net.request(b, 2, 2, put("k9", "after"));
