@@ -147,6 +147,15 @@ impl Raft {
             true if pr.full + 1 < first => {
                 // Compacted here: only the snapshot brings the follower past its shards. It
                 // goes whatever the follower's `next` (its log may match ours far beyond).
+                // Its chunks are timed by `fill_sent` (cleared by each SnapshotResp): the
+                // answers to the Appends that flow meanwhile keep `last_heard` fresh, so the
+                // core's timeout never re-sends a lost chunk (`synod check --protocol craft
+                // --seed 3040`: a chunk lost in a partition stalled the transfer and the
+                // probe behind it for good). No answer for two heartbeats: send it again.
+                if pr.fill_sent.is_some() {
+                    pr.in_flight = 0;
+                }
+                pr.fill_sent = Some(ctx.now);
                 self.send_snapshot_chunk(ctx, to);
                 return;
             }

@@ -979,6 +979,8 @@ impl Raft {
     fn on_snapshot_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, index: u64, offset: u64, done: bool) {
         let Some(pr) = self.from_follower(ctx, from, term) else { return };
         pr.in_flight = 0;
+        // CRaft: the fill path's chunk was answered (`craft.rs`, `fill`).
+        pr.fill_sent = None;
         if done {
             pr.snapshot_offset = None;
             pr.probing = false;
