@@ -306,7 +306,8 @@ fn epaxos_small_fast_quorum_is_caught_at_five_replicas() {
 /// schedule that catches the mutant.
 #[test]
 fn craft_majority_quorum_is_caught_and_craft_is_not() {
-    let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == "craft-majority-quorum").expect("registered");
+    let mutant =
+        synod_protocols::mutants::all().iter().find(|m| m.name == "craft-majority-quorum").expect("registered");
     let (seed, kind) = first_safety_failure(mutant, 0..500).expect("craft-majority-quorum survived 500 seeds");
     println!("craft-majority-quorum caught at seed {seed}: {kind:?}");
     let craft = synod_protocols::find("craft").unwrap();
