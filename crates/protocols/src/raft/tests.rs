@@ -558,19 +558,19 @@ fn craft_recovering_leader_pulls_the_snapshot_of_a_follower_that_compacted_its_s
     // The leader fails; `b` is elected (a's vote requests are lost) and holds only shards of
     // entries a holds only in its snapshot.
     net.crash(l);
-    net.drop = Box::new(move |from, _, m| from == a && is_msg(m, |m| matches!(m, Msg::RequestVote { .. })));
-    while net.leader() != Some(b) {
-        net.tick();
-        assert!(net.now.since(Time::ZERO) < Duration::from_secs(20), "b is elected");
-    }
+    // From here on a's vote requests are lost and its snapshot chunks towards b counted.
     let pulled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let p2 = pulled.clone();
     net.drop = Box::new(move |from, to, m| {
         if from == a && to == b && is_msg(m, |m| matches!(m, Msg::PulledSnapshot { .. })) {
             p2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        false
+        from == a && is_msg(m, |m| matches!(m, Msg::RequestVote { .. }))
     });
+    while net.leader() != Some(b) {
+        net.tick();
+        assert!(net.now.since(Time::ZERO) < Duration::from_secs(20), "b is elected");
+    }
     net.request(b, 2, 1, get("k1"));
     net.run_for(Duration::from_secs(2));
     assert_eq!(net.reply_for(2, 1), Some(&value(&big(29))), "b pulled a's snapshot and leads");
