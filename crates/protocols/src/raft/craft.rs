@@ -169,7 +169,7 @@ impl Raft {
     }
 
     pub(super) fn on_fill(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, entries: Vec<(u64, Entry)>) {
-        if !self.from_leader(ctx, from, term) {
+        if !self.heard_from_leader(ctx, from, term) {
             return;
         }
         for (index, e) in entries {
@@ -183,7 +183,7 @@ impl Raft {
     }
 
     pub(super) fn on_fill_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, full: u64) {
-        let Some(pr) = self.from_follower(ctx, from, term) else { return };
+        let Some(pr) = self.heard_from_follower(ctx, from, term) else { return };
         pr.fill_sent = None;
         pr.full = if pr.full_known { pr.full.max(full) } else { full };
         pr.full_known = true;
@@ -215,7 +215,7 @@ impl Raft {
     }
 
     pub(super) fn on_gather(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, indices: Vec<u64>) {
-        if !self.from_leader(ctx, from, term) {
+        if !self.heard_from_leader(ctx, from, term) {
             return;
         }
         self.reset_election_timer(ctx);
@@ -226,7 +226,7 @@ impl Raft {
     }
 
     pub(super) fn on_gathered(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, report: Report) {
-        if self.from_follower(ctx, from, term).is_none() {
+        if self.heard_from_follower(ctx, from, term).is_none() {
             return;
         }
         let Some(r) = self.recovering.as_mut() else { return };
@@ -319,7 +319,7 @@ impl Raft {
 
     /// A follower sends the leader the chunk at `offset` of its snapshot, if it covers `index`.
     pub(super) fn on_pull_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, index: u64, offset: u64) {
-        if !self.from_leader(ctx, from, term) {
+        if !self.heard_from_leader(ctx, from, term) {
             return;
         }
         self.reset_election_timer(ctx);
@@ -339,7 +339,7 @@ impl Raft {
     /// The recovering leader assembles the pulled snapshot and, once complete, installs it
     /// (keeping its log after it) and goes on settling its partial entries.
     pub(super) fn on_pulled_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotArgs) {
-        if self.from_follower(ctx, from, m.term).is_none() {
+        if self.heard_from_follower(ctx, from, m.term).is_none() {
             return;
         }
         let Some(p) = self.recovering.as_mut().and_then(|r| r.pull.as_mut()) else { return };

@@ -654,7 +654,7 @@ impl Raft {
     /// A message of `from` as the leader of `term` (Append, Snapshot; CRaft's Fill, Gather,
     /// PullSnapshot): false if its term is stale; otherwise we follow `from` in `term` and
     /// note the contact (leader stickiness).
-    fn from_leader(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64) -> bool {
+    fn heard_from_leader(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64) -> bool {
         if term < self.term {
             return false;
         }
@@ -668,7 +668,7 @@ impl Raft {
     /// A follower's answer of `term` (AppendResp, SnapshotResp; CRaft's FillResp, Gathered,
     /// PulledSnapshot): a newer term deposes us; it counts only while we lead `term`, and
     /// then refreshes when we last heard from `from` — its progress is returned.
-    fn from_follower(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64) -> Option<&mut Progress> {
+    fn heard_from_follower(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64) -> Option<&mut Progress> {
         if term > self.term {
             self.become_follower(ctx, term, None);
             return None;
@@ -682,7 +682,7 @@ impl Raft {
     }
 
     fn on_append(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: AppendArgs) {
-        if !self.from_leader(ctx, from, m.term) {
+        if !self.heard_from_leader(ctx, from, m.term) {
             ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0, prev: 0 });
             return;
         }
@@ -752,7 +752,7 @@ impl Raft {
     }
 
     fn on_append_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, success: bool, index: u64, prev: u64) {
-        let Some(pr) = self.from_follower(ctx, from, term) else { return };
+        let Some(pr) = self.heard_from_follower(ctx, from, term) else { return };
         if success {
             pr.in_flight = pr.in_flight.saturating_sub(1);
             pr.probing = false;
@@ -927,7 +927,7 @@ impl Raft {
     }
 
     fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotArgs) {
-        if !self.from_leader(ctx, from, m.term) {
+        if !self.heard_from_leader(ctx, from, m.term) {
             ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0, prev: 0 });
             return;
         }
@@ -977,7 +977,7 @@ impl Raft {
     }
 
     fn on_snapshot_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, index: u64, offset: u64, done: bool) {
-        let Some(pr) = self.from_follower(ctx, from, term) else { return };
+        let Some(pr) = self.heard_from_follower(ctx, from, term) else { return };
         pr.in_flight = 0;
         // CRaft: the fill path's chunk was answered (`craft.rs`, `fill`).
         pr.fill_sent = None;
