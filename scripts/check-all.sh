@@ -18,6 +18,9 @@ for p in $("$bin" protocols | awk '{print $1}'); do
     rspaxos) scale=50 ;;
     # fast-paxos: ~32 schedules/s under load (collisions end in recoveries and new rounds).
     fast-paxos) scale=50 ;;
+    # craft: ~31 schedules/s with 3 replicas, ~16/s with 5 under load (fills, gathers and
+    # snapshot transfers on every failover).
+    craft) scale=50 ;;
     *) scale=100 ;;
   esac
   s3=$((SEEDS * scale / 100)); s5=$((SEEDS5 * scale / 100))

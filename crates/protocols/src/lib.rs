@@ -54,6 +54,14 @@ pub mod mutants {
             build: crate::raft::build_no_log_check,
         },
         ProtocolInfo {
+            name: "craft-majority-quorum",
+            description: "CRaft committing coded entries on a majority (q + c = f + 2 < n + 1): a new leader finds fewer than d shards of a committed entry and drops it",
+            client: leader_policy,
+            order: Order::Total,
+            tolerates: crate::raft::craft_tolerates,
+            build: crate::raft::build_craft_majority,
+        },
+        ProtocolInfo {
             name: "mencius-revoke-without-prepare",
             description:
                 "Mencius revoking a suspect's slots with no-ops without phase 1 (may overwrite a chosen value)",

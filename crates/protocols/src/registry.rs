@@ -107,6 +107,14 @@ static REGISTRY: &[ProtocolInfo] = &[
         build: crate::rspaxos::build,
     },
     ProtocolInfo {
+        name: "craft",
+        description: "CRaft: Raft with one Reed-Solomon shard per server (d = f+1) while all followers answer, coded commit quorum ceil((n+d)/2); switches to full copies (re-sending coded entries in full) once a follower is silent; a new leader rebuilds from d shards",
+        client: leader_policy,
+        order: Order::Total,
+        tolerates: crate::raft::craft_tolerates,
+        build: crate::raft::build_craft,
+    },
+    ProtocolInfo {
         name: "idem",
         description: "IDEM: every replica runs an acceptance test (reject threshold, active queue management) and rejects early; the leader orders requests f+1 replicas accepted; forwarding, rejected cache, fetch, implicit GC (options reject_threshold, admission, forward_ms, relay)",
         client: crate::idem::policy::client,

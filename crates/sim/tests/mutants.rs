@@ -299,3 +299,19 @@ fn epaxos_small_fast_quorum_is_caught_at_five_replicas() {
     let seed = caught.expect("epaxos-small-fast-quorum survived 500 five-replica seeds");
     println!("epaxos-small-fast-quorum caught at 5 replicas, seed {seed}");
 }
+
+/// CRaft committing coded entries on a majority (q + c < n + 1): after a commit on a
+/// majority, crashes leave the next leader fewer than d shards of the entry, and it drops a
+/// committed entry (or serves a state without it). CRaft itself (q = ⌈(n + d)/2⌉) passes the
+/// schedule that catches the mutant.
+#[test]
+fn craft_majority_quorum_is_caught_and_craft_is_not() {
+    let mutant =
+        synod_protocols::mutants::all().iter().find(|m| m.name == "craft-majority-quorum").expect("registered");
+    let (seed, kind) = first_safety_failure(mutant, 0..500).expect("craft-majority-quorum survived 500 seeds");
+    println!("craft-majority-quorum caught at seed {seed}: {kind:?}");
+    let craft = synod_protocols::find("craft").unwrap();
+    let replicas = if seed % 2 == 1 { 5 } else { 3 };
+    let report = run(&SimConfig { replicas, ..SimConfig::new(craft, seed) });
+    assert!(report.failure.is_none(), "craft fails the same seed: {:?}", report.failure.map(|f| f.kind));
+}

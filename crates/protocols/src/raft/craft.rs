@@ -29,10 +29,30 @@
 //!    never committed (a committed one is held by `q` replicas, of which `d` are among any
 //!    `n + d − q`; or in full by a majority) and it drops it with everything after it. With
 //!    fewer replicas reachable it waits: the loss of availability the paper describes.
+//! 6. **A new leader behind its followers' snapshots.** Followers execute coded entries
+//!    through fills and then compact them into snapshots (§7 of Raft) like any other. A
+//!    new leader may hold only a shard of an entry its followers executed and compacted:
+//!    then no follower holds that entry in its log, neither in full nor as a shard, and
+//!    without more the leader could neither rebuild it nor — worse — tell it from an entry
+//!    that was never committed. Crossword §4.3 ("Snapshots") says what CRaft needs here:
+//!    without follower gossiping, servers take snapshots only with *state-sending snapshot
+//!    messages*, and §5.3 bounds the failover downtime of the coded protocols "by the
+//!    interval between expensive state-sending snapshots". So a follower's `Gathered`
+//!    carries its snapshot index; a follower executed every entry up to it, so each of them
+//!    is committed, and by Leader Completeness (Raft §5.4.3; a coded entry commits on
+//!    `q` ≥ a majority, so every elected leader has it) it is in our log at the same index
+//!    and term. The leader therefore pulls that follower's snapshot towards itself
+//!    (`PullSnapshot` / `PulledSnapshot`, chunked like InstallSnapshot), installs it as a
+//!    follower would — keeping its log after the snapshot's index, which matches — and goes
+//!    on rebuilding or dropping the entries after it. Never compacting coded entries until
+//!    every replica held them in full would also do, but it blocks compaction for as long as
+//!    one replica is down, which is exactly when CRaft runs on full copies for a long time.
 
 use super::msg::{Entry, Msg, Payload, Record};
-use super::Raft;
-use synod_core::{Ctx, NodeId, Role};
+use super::{Pull, Raft, Report, SnapshotArgs};
+use bytes::Bytes;
+use synod_core::snapshot::{chunk, Snapshot};
+use synod_core::{Ctx, NodeId, Role, Time};
 
 /// Most entries asked for in one `Gather`.
 const GATHER_MAX: usize = 256;
@@ -94,6 +114,7 @@ impl Raft {
         self.degraded = degraded;
         if self.recovering.is_some() {
             self.gather(ctx);
+            self.pull_snapshot(ctx, false);
             return;
         }
         let peers: Vec<NodeId> = self.peers().collect();
@@ -126,6 +147,15 @@ impl Raft {
             true if pr.full + 1 < first => {
                 // Compacted here: only the snapshot brings the follower past its shards. It
                 // goes whatever the follower's `next` (its log may match ours far beyond).
+                // Its chunks are timed by `fill_sent` (cleared by each SnapshotResp): the
+                // answers to the Appends that flow meanwhile keep `last_heard` fresh, so the
+                // core's timeout never re-sends a lost chunk (`synod check --protocol craft
+                // --seed 3040`: a chunk lost in a partition stalled the transfer and the
+                // probe behind it for good). No answer for two heartbeats: send it again.
+                if pr.fill_sent.is_some() {
+                    pr.in_flight = 0;
+                }
+                pr.fill_sent = Some(ctx.now);
                 self.send_snapshot_chunk(ctx, to);
                 return;
             }
@@ -139,13 +169,9 @@ impl Raft {
     }
 
     pub(super) fn on_fill(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, entries: Vec<(u64, Entry)>) {
-        if term < self.term {
+        if !self.heard_from_leader(ctx, from, term) {
             return;
         }
-        if term > self.term || self.role != Role::Follower || self.leader != Some(from) {
-            self.become_follower(ctx, term, Some(from));
-        }
-        self.last_leader_contact = Some(ctx.now);
         for (index, e) in entries {
             self.upgrade(ctx, index, e);
         }
@@ -157,15 +183,7 @@ impl Raft {
     }
 
     pub(super) fn on_fill_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, full: u64) {
-        if term > self.term {
-            self.become_follower(ctx, term, None);
-            return;
-        }
-        if self.role != Role::Leader || term < self.term {
-            return;
-        }
-        let Some(pr) = self.progress.get_mut(&from) else { return };
-        pr.last_heard = ctx.now;
+        let Some(pr) = self.heard_from_follower(ctx, from, term) else { return };
         pr.fill_sent = None;
         pr.full = if pr.full_known { pr.full.max(full) } else { full };
         pr.full_known = true;
@@ -175,7 +193,8 @@ impl Raft {
 
     // ----- a new leader's recovery ----------------------------------------------------------
 
-    /// Ask the followers that have not reported for the pieces of our partial entries.
+    /// Ask the followers that have not reported on our first partial entry for the pieces of
+    /// our partial entries (at most [`GATHER_MAX`]; the next ones once these are settled).
     pub(super) fn gather(&mut self, ctx: &mut Ctx<'_>) {
         let Some(first) = self.first_partial() else { return };
         let indices: Vec<u64> = self
@@ -185,47 +204,33 @@ impl Raft {
             .map(|(i, _)| i)
             .take(GATHER_MAX)
             .collect();
-        let reported: Vec<NodeId> =
-            self.recovering.as_ref().map(|r| r.reports.keys().copied().collect()).unwrap_or_default();
+        let reported: Vec<NodeId> = self
+            .recovering
+            .as_ref()
+            .map(|r| r.reports.iter().filter(|(_, (asked, _, _))| asked.contains(&first)).map(|(p, _)| *p).collect())
+            .unwrap_or_default();
         for p in self.peers().filter(|p| !reported.contains(p)).collect::<Vec<_>>() {
             ctx.send(p, &Msg::Gather { term: self.term, indices: indices.clone() });
         }
     }
 
     pub(super) fn on_gather(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, indices: Vec<u64>) {
-        if term < self.term {
+        if !self.heard_from_leader(ctx, from, term) {
             return;
         }
-        if term > self.term || self.role != Role::Follower || self.leader != Some(from) {
-            self.become_follower(ctx, term, Some(from));
-        }
-        self.last_leader_contact = Some(ctx.now);
         self.reset_election_timer(ctx);
         let entries: Vec<(u64, Entry)> =
             indices.iter().filter_map(|i| self.log.get(*i).map(|s| (*i, s.value.clone()))).collect();
-        ctx.send(from, &Msg::Gathered { term: self.term, asked: indices, entries });
+        let compacted = self.snapshot.as_ref().map_or(0, |s| s.index);
+        ctx.send(from, &Msg::Gathered { term: self.term, asked: indices, entries, compacted });
     }
 
-    pub(super) fn on_gathered(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: NodeId,
-        term: u64,
-        asked: Vec<u64>,
-        entries: Vec<(u64, Entry)>,
-    ) {
-        if term > self.term {
-            self.become_follower(ctx, term, None);
+    pub(super) fn on_gathered(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, report: Report) {
+        if self.heard_from_follower(ctx, from, term).is_none() {
             return;
-        }
-        if self.role != Role::Leader || term < self.term {
-            return;
-        }
-        if let Some(pr) = self.progress.get_mut(&from) {
-            pr.last_heard = ctx.now;
         }
         let Some(r) = self.recovering.as_mut() else { return };
-        r.reports.insert(from, (asked, entries));
+        r.reports.insert(from, report);
         self.settle_recovery(ctx);
     }
 
@@ -242,7 +247,7 @@ impl Raft {
             if let Payload::Shard(s) = &own.value {
                 shards.push(s.clone());
             }
-            for (asked, held) in r.reports.values() {
+            for (asked, held, _) in r.reports.values() {
                 if !asked.contains(&index) {
                     continue;
                 }
@@ -260,6 +265,18 @@ impl Raft {
             if let Some(batch) = full.or_else(|| self.codec.rebuild(&shards)) {
                 self.upgrade(ctx, index, Entry::full(own.term, batch));
                 continue;
+            }
+            // Part 6: a follower executed the entry and compacted it (so it was committed,
+            // whatever the other reports say): its snapshot brings us past it.
+            let behind = r.reports.iter().filter(|(_, (_, _, c))| *c >= index).max_by_key(|(_, (_, _, c))| *c);
+            if let Some(source) = behind.map(|(p, _)| *p) {
+                let mut r = r;
+                if r.pull.as_ref().is_none_or(|p| p.wanted != index) {
+                    r.pull = Some(Pull { from: source, wanted: index, index: 0, sent: Time::ZERO });
+                }
+                self.recovering = Some(r);
+                self.pull_snapshot(ctx, false);
+                return;
             }
             if reporters >= decide && index > self.commit {
                 // Fewer than d shards among n + d − q replicas: never committed.
@@ -280,5 +297,74 @@ impl Raft {
         }
         self.execute(ctx);
         self.start_leading(ctx);
+    }
+}
+
+impl Raft {
+    // ----- part 6: a recovering leader pulls a follower's snapshot -------------------------
+
+    /// Ask the pull's source for the next chunk of its snapshot: at once with `now`, or when
+    /// none was asked for within two heartbeats (the request or its answer may be lost).
+    fn pull_snapshot(&mut self, ctx: &mut Ctx<'_>, now: bool) {
+        let stale = self.params.heartbeat() * 2;
+        let term = self.term;
+        let Some(p) = self.recovering.as_mut().and_then(|r| r.pull.as_mut()) else { return };
+        if !now && p.sent != Time::ZERO && ctx.now.since(p.sent) < stale {
+            return;
+        }
+        p.sent = ctx.now;
+        let offset = self.incoming.received(p.index);
+        ctx.send(p.from, &Msg::PullSnapshot { term, index: p.wanted, offset });
+    }
+
+    /// A follower sends the leader the chunk at `offset` of its snapshot, if it covers `index`.
+    pub(super) fn on_pull_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, index: u64, offset: u64) {
+        if !self.heard_from_leader(ctx, from, term) {
+            return;
+        }
+        self.reset_election_timer(ctx);
+        let Some(s) = self.snapshot.as_ref().filter(|s| s.index >= index) else { return };
+        let data = s.data.slice_ref(chunk(&s.data, offset, self.params.snapshot_chunk_bytes));
+        let m = Msg::PulledSnapshot {
+            term: self.term,
+            index: s.index,
+            snap_term: s.term,
+            offset,
+            total: s.data.len() as u64,
+            data,
+        };
+        ctx.send(from, &m);
+    }
+
+    /// The recovering leader assembles the pulled snapshot and, once complete, installs it
+    /// (keeping its log after it) and goes on settling its partial entries.
+    pub(super) fn on_pulled_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotArgs) {
+        if self.heard_from_follower(ctx, from, m.term).is_none() {
+            return;
+        }
+        let Some(p) = self.recovering.as_mut().and_then(|r| r.pull.as_mut()) else { return };
+        if p.from != from || m.index < p.wanted {
+            return;
+        }
+        p.index = m.index;
+        let Some(data) = self.incoming.offer(m.index, m.offset, m.total, &m.data) else {
+            self.pull_snapshot(ctx, true);
+            return;
+        };
+        let data = Bytes::from(data);
+        // Every entry the snapshot covers is committed, so it is in our log with the same
+        // term (Leader Completeness); one that does not match (or is corrupt) is not
+        // installed — we never execute past our own log — and is pulled again after two
+        // heartbeats.
+        let matches = self.term_at(m.index) == Some(m.snap_term) && m.index >= self.log.exec_next();
+        if !matches || !synod_core::session::StateMachine::is_valid_snapshot(&data) {
+            return;
+        }
+        if let Some(r) = self.recovering.as_mut() {
+            r.pull = None;
+        }
+        self.install_snapshot(ctx, Snapshot { index: m.index, term: m.snap_term, data }, true);
+        self.execute(ctx);
+        self.settle_recovery(ctx);
     }
 }

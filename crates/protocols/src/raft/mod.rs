@@ -124,13 +124,29 @@ struct Progress {
 /// CRaft: a new leader holding only shards of some entries gathers its followers' pieces
 /// before it leads: it rebuilds each entry from `d` shards (or a full copy), or drops it and
 /// everything after it once `n + d − q` replicas reported fewer (it cannot have committed).
-/// One follower's answer to `Gather`: the indices asked, and the entries it holds there.
-type Report = (Vec<u64>, Vec<(u64, Entry)>);
+/// One follower's answer to `Gather`: the indices asked, the entries it holds there, and the
+/// index of its snapshot (everything up to it was executed there).
+type Report = (Vec<u64>, Vec<(u64, Entry)>, u64);
 
 #[derive(Debug, Default)]
 struct Recovery {
     /// What each follower reported: the indices it was asked and the entries it holds there.
     reports: BTreeMap<NodeId, Report>,
+    /// The snapshot being pulled from a follower that compacted a committed entry we hold
+    /// only a shard of (`craft.rs`, part 6).
+    pull: Option<Pull>,
+}
+
+/// A recovering CRaft leader's transfer of a follower's snapshot towards itself.
+#[derive(Debug)]
+struct Pull {
+    from: NodeId,
+    /// The snapshot must cover at least this entry (our first partial one).
+    wanted: u64,
+    /// The index of the snapshot whose chunks arrive (0 before the first).
+    index: u64,
+    /// When the last request left (re-sent after two heartbeats without an answer).
+    sent: Time,
 }
 
 pub struct Raft {
@@ -635,15 +651,41 @@ impl Raft {
         ctx.set_timer(TIMER_HEARTBEAT, self.params.heartbeat());
     }
 
+    /// A message of `from` as the leader of `term` (Append, Snapshot; CRaft's Fill, Gather,
+    /// PullSnapshot): false if its term is stale; otherwise we follow `from` in `term` and
+    /// note the contact (leader stickiness).
+    fn heard_from_leader(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64) -> bool {
+        if term < self.term {
+            return false;
+        }
+        if term > self.term || self.role != Role::Follower || self.leader != Some(from) {
+            self.become_follower(ctx, term, Some(from));
+        }
+        self.last_leader_contact = Some(ctx.now);
+        true
+    }
+
+    /// A follower's answer of `term` (AppendResp, SnapshotResp; CRaft's FillResp, Gathered,
+    /// PulledSnapshot): a newer term deposes us; it counts only while we lead `term`, and
+    /// then refreshes when we last heard from `from` — its progress is returned.
+    fn heard_from_follower(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64) -> Option<&mut Progress> {
+        if term > self.term {
+            self.become_follower(ctx, term, None);
+            return None;
+        }
+        if self.role != Role::Leader || term < self.term {
+            return None;
+        }
+        let pr = self.progress.get_mut(&from)?;
+        pr.last_heard = ctx.now;
+        Some(pr)
+    }
+
     fn on_append(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: AppendArgs) {
-        if m.term < self.term {
+        if !self.heard_from_leader(ctx, from, m.term) {
             ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0, prev: 0 });
             return;
         }
-        if m.term > self.term || self.role != Role::Follower || self.leader != Some(from) {
-            self.become_follower(ctx, m.term, Some(from));
-        }
-        self.last_leader_contact = Some(ctx.now);
         self.reset_election_timer(ctx);
 
         // Consistency check (§5.3). Entries up to our commit index are known to match.
@@ -710,15 +752,7 @@ impl Raft {
     }
 
     fn on_append_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, success: bool, index: u64, prev: u64) {
-        if term > self.term {
-            self.become_follower(ctx, term, None);
-            return;
-        }
-        if self.role != Role::Leader || term < self.term {
-            return;
-        }
-        let Some(pr) = self.progress.get_mut(&from) else { return };
-        pr.last_heard = ctx.now;
+        let Some(pr) = self.heard_from_follower(ctx, from, term) else { return };
         if success {
             pr.in_flight = pr.in_flight.saturating_sub(1);
             pr.probing = false;
@@ -893,14 +927,10 @@ impl Raft {
     }
 
     fn on_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotArgs) {
-        if m.term < self.term {
+        if !self.heard_from_leader(ctx, from, m.term) {
             ctx.send(from, &Msg::AppendResp { term: self.term, success: false, index: 0, prev: 0 });
             return;
         }
-        if m.term > self.term || self.role != Role::Follower || self.leader != Some(from) {
-            self.become_follower(ctx, m.term, Some(from));
-        }
-        self.last_leader_contact = Some(ctx.now);
         self.reset_election_timer(ctx);
         if m.index <= self.log.executed_upto() {
             // Already have everything it covers.
@@ -919,34 +949,38 @@ impl Raft {
         if !synod_core::session::StateMachine::is_valid_snapshot(&data) {
             return;
         }
-        ctx.push(Action::InstallSnapshot { data: data.clone() });
         // CRaft: a follower sent a snapshot past a shard it could not execute keeps the
         // entries after it when its entry at the snapshot's index matches (§7).
         let keep = self.codec.codes() && self.term_at(m.index) == Some(m.snap_term);
-        self.snapshot = Some(Snapshot { index: m.index, term: m.snap_term, data });
-        if keep {
-            self.log.skip_to(m.index + 1);
-        } else {
-            self.log.reset_to(m.index + 1);
-        }
-        self.waiting.clear();
-        self.commit = if keep { self.commit.max(m.index) } else { m.index };
+        self.install_snapshot(ctx, Snapshot { index: m.index, term: m.snap_term, data }, keep);
         self.leader_match = self.leader_match.max(m.index);
-        self.rewrite_durable(ctx, false);
         ctx.send(from, &Msg::SnapshotResp { term: self.term, index: m.index, offset: m.total, done: true });
     }
 
+    /// A peer's (valid) snapshot replaces the state machine and the log up to its index,
+    /// durably before anything is answered. With `keep` (our entry at its index has its
+    /// term, so our log matches up to there, §7) the entries after it stay, and so do the
+    /// waiters for them; otherwise the log restarts after it.
+    fn install_snapshot(&mut self, ctx: &mut Ctx<'_>, snap: Snapshot, keep: bool) {
+        let index = snap.index;
+        ctx.push(Action::InstallSnapshot { data: snap.data.clone() });
+        self.snapshot = Some(snap);
+        if keep {
+            self.log.skip_to(index + 1);
+            self.waiting.retain(|i, _| *i > index);
+        } else {
+            self.log.reset_to(index + 1);
+            self.waiting.clear();
+        }
+        self.commit = if keep { self.commit.max(index) } else { index };
+        self.rewrite_durable(ctx, false);
+    }
+
     fn on_snapshot_resp(&mut self, ctx: &mut Ctx<'_>, from: NodeId, term: u64, index: u64, offset: u64, done: bool) {
-        if term > self.term {
-            self.become_follower(ctx, term, None);
-            return;
-        }
-        if self.role != Role::Leader || term < self.term {
-            return;
-        }
-        let Some(pr) = self.progress.get_mut(&from) else { return };
-        pr.last_heard = ctx.now;
+        let Some(pr) = self.heard_from_follower(ctx, from, term) else { return };
         pr.in_flight = 0;
+        // CRaft: the fill path's chunk was answered (`craft.rs`, `fill`).
+        pr.fill_sent = None;
         if done {
             pr.snapshot_offset = None;
             pr.probing = false;
@@ -1068,7 +1102,13 @@ impl Protocol for Raft {
                     Msg::Fill { term, entries } => self.on_fill(ctx, from, term, entries),
                     Msg::FillResp { term, full } => self.on_fill_resp(ctx, from, term, full),
                     Msg::Gather { term, indices } => self.on_gather(ctx, from, term, indices),
-                    Msg::Gathered { term, asked, entries } => self.on_gathered(ctx, from, term, asked, entries),
+                    Msg::Gathered { term, asked, entries, compacted } => {
+                        self.on_gathered(ctx, from, term, (asked, entries, compacted))
+                    }
+                    Msg::PullSnapshot { term, index, offset } => self.on_pull_snapshot(ctx, from, term, index, offset),
+                    Msg::PulledSnapshot { term, index, snap_term, offset, total, data } => {
+                        self.on_pulled_snapshot(ctx, from, SnapshotArgs { term, index, snap_term, offset, total, data })
+                    }
                 }
             }
             Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
@@ -1140,7 +1180,7 @@ impl Protocol for Raft {
                 let idx: Vec<u64> = entries.iter().map(|(i, _)| *i).collect();
                 format!("Fill t={term} {idx:?}")
             }
-            Ok(Msg::Gathered { term, asked, entries }) => {
+            Ok(Msg::Gathered { term, asked, entries, compacted }) => {
                 let held: Vec<String> = entries
                     .iter()
                     .map(|(i, e)| match &e.value {
@@ -1148,10 +1188,13 @@ impl Protocol for Raft {
                         Payload::Shard(s) => format!("{i}:shard{}", s.index),
                     })
                     .collect();
-                format!("Gathered t={term} asked={asked:?} held={held:?}")
+                format!("Gathered t={term} asked={asked:?} held={held:?} compacted={compacted}")
             }
             Ok(Msg::Snapshot { term, index, offset, total, .. }) => {
                 format!("Snapshot t={term} index={index} {offset}/{total}")
+            }
+            Ok(Msg::PulledSnapshot { term, index, offset, total, .. }) => {
+                format!("PulledSnapshot t={term} index={index} {offset}/{total}")
             }
             Ok(m) => format!("{m:?}"),
             Err(e) => format!("<undecodable: {e}>"),

@@ -113,11 +113,32 @@ pub enum Msg {
         term: u64,
         indices: Vec<u64>,
     },
-    /// The follower's entries at the asked indices (those it has; full or shard).
+    /// The follower's entries at the asked indices (those it has; full or shard), and the
+    /// index of its snapshot (0: none): it executed every entry up to there, so they are
+    /// committed, and it may hold them only in that snapshot.
     Gathered {
         term: u64,
         asked: Vec<u64>,
         entries: Vec<(u64, Entry)>,
+        compacted: u64,
+    },
+    /// CRaft: a recovering leader asks a follower for the chunk at `offset` of its snapshot
+    /// (one covering at least `index`): the leader holds only a shard of a committed entry
+    /// that the follower compacted.
+    PullSnapshot {
+        term: u64,
+        index: u64,
+        offset: u64,
+    },
+    /// One chunk of the follower's snapshot (covering the log up to `index`, term
+    /// `snap_term`) for the recovering leader; the same fields as `Snapshot`.
+    PulledSnapshot {
+        term: u64,
+        index: u64,
+        snap_term: u64,
+        offset: u64,
+        total: u64,
+        data: Bytes,
     },
 }
 

@@ -529,3 +529,110 @@ fn craft_follower_behind_a_snapshot_in_shards_gets_it_while_appends_flow() {
     assert_eq!(net.node(f).sm.digest(), net.node(l).sm.digest());
     net.assert_agreement();
 }
+
+/// `synod check --protocol craft --seed 104` (and 1007, 3951, 5167; 1000063 with five): the
+/// new leader held only shards of committed entries that its followers had executed and
+/// compacted into snapshots, so no `Gathered` held anything of them and it waited forever.
+/// The recovering leader now pulls the snapshot of a follower that compacted past its first
+/// shard (part 6 of craft.rs), installs it and goes on.
+#[test]
+fn craft_recovering_leader_pulls_the_snapshot_of_a_follower_that_compacted_its_shards() {
+    let params =
+        ProtocolParams { snapshot_every: 10, snapshot_keep: 2, snapshot_chunk_bytes: 256, ..Default::default() };
+    let mut net = Net::with_params(3, build_craft, params);
+    let l = elect(&mut net);
+    let f: Vec<NodeId> = (1..=3).filter(|n| *n != l).collect();
+    let (a, b) = (f[0], f[1]);
+    // `b` acknowledges its shards (so entries commit on q = 3) but never gets a full copy:
+    // no Fill, no snapshot. `a` executes through fills and compacts.
+    net.drop = Box::new(move |_, to, m| to == b && is_msg(m, |m| matches!(m, Msg::Fill { .. } | Msg::Snapshot { .. })));
+    for i in 1..=30 {
+        net.request(l, 1, i, put(&format!("k{}", i % 4), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_millis(300));
+    let snap_a: u64 = extra(&net, a, "snapshot_index").parse().expect("a compacted");
+    assert!(snap_a >= 20, "a's snapshot at {snap_a}");
+    let full_b: u64 = extra(&net, b, "full_upto").parse().unwrap();
+    assert!(full_b < 10, "b holds shards from {}", full_b + 1);
+    // The leader fails; `b` is elected (a's vote requests are lost) and holds only shards of
+    // entries a holds only in its snapshot.
+    net.crash(l);
+    // From here on a's vote requests are lost and its snapshot chunks towards b counted.
+    let pulled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let p2 = pulled.clone();
+    net.drop = Box::new(move |from, to, m| {
+        if from == a && to == b && is_msg(m, |m| matches!(m, Msg::PulledSnapshot { .. })) {
+            p2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        from == a && is_msg(m, |m| matches!(m, Msg::RequestVote { .. }))
+    });
+    while net.leader() != Some(b) {
+        net.tick();
+        assert!(net.now.since(Time::ZERO) < Duration::from_secs(20), "b is elected");
+    }
+    net.request(b, 2, 1, get("k1"));
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(29))), "b pulled a's snapshot and leads");
+    let pulled = pulled.load(std::sync::atomic::Ordering::Relaxed);
+    println!("PulledSnapshot chunks from a: {pulled}");
+    assert!(pulled >= 1, "the snapshot came from a");
+    assert_eq!(extra(&net, b, "recovering"), "false");
+    assert!(extra(&net, b, "snapshot_index").parse::<u64>().unwrap() >= snap_a);
+    net.request(b, 2, 2, put("k9", "after"));
+    assert_eq!(net.reply_for(2, 2), Some(&DONE));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.executed(a), net.executed(b));
+    assert_eq!(net.node(a).sm.digest(), net.node(b).sm.digest());
+    net.assert_agreement();
+}
+
+/// Restart of every replica from its durable records with snapshots in them: the WAL holds
+/// hard state + snapshot + a log suffix of shards (a follower that got no fills) and full
+/// copies (`Record::Full`). After the restart each replica is back at its snapshot, the
+/// cluster elects a leader that rebuilds the coded suffix, and every value is there.
+#[test]
+fn craft_restarts_from_snapshots_and_the_wal() {
+    let params =
+        ProtocolParams { snapshot_every: 10, snapshot_keep: 2, snapshot_chunk_bytes: 512, ..Default::default() };
+    let mut net = Net::with_params(3, build_craft, params);
+    let l = elect(&mut net);
+    let b = (1..=3).find(|n| *n != l).unwrap();
+    // `b` holds the entries after its snapshot as shards for a while (its fills are lost).
+    net.drop = Box::new(move |_, to, m| to == b && is_fill(m));
+    for i in 1..=25 {
+        net.request(l, 1, i, put(&format!("k{}", i % 6), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_millis(300));
+    for i in 26..=33 {
+        net.request(l, 1, i, put(&format!("k{}", i % 6), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    let before: Vec<u64> = (1..=3).map(|n| extra(&net, n, "snapshot_index").parse().expect("snapshot")).collect();
+    assert!(before.iter().all(|s| *s >= 10), "every replica compacted: {before:?}");
+    for n in 1..=3 {
+        net.crash(n);
+    }
+    for n in 1..=3 {
+        net.restart(n);
+    }
+    for n in 1..=3 {
+        let s: u64 = extra(&net, n, "snapshot_index").parse().expect("snapshot recovered");
+        assert!(s >= 10, "replica {n} restarted from its snapshot ({s})");
+    }
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("leader after restart");
+    for (seq, k) in (1..=6).enumerate() {
+        let last = (28..=33).find(|i| i % 6 == k % 6).unwrap();
+        net.request(l2, 2, seq as u64 + 1, get(&format!("k{}", k % 6)));
+        net.run_for(Duration::from_millis(300));
+        assert_eq!(net.reply_for(2, seq as u64 + 1), Some(&value(&big(last))), "k{}", k % 6);
+    }
+    net.run_for(Duration::from_millis(500));
+    for n in 1..=3 {
+        assert_eq!(net.executed(n), net.executed(l2), "replica {n} executed everything");
+        assert_eq!(net.node(n).sm.digest(), net.node(l2).sm.digest());
+    }
+    net.assert_agreement();
+}
