@@ -576,14 +576,16 @@ impl Protocol for Nezha {
             self.dom.note_released(&e.id(), &e.cmd);
         }
         // Released requests back where they were (after the log's last entry, not in it),
-        // the others to the late-buffer.
+        // the others to the late-buffer; a leader of its view keeps none unsynced (it picks
+        // them from its late-buffer at the next tick, §5.4).
         let in_log: std::collections::HashSet<ReqId> = self.log.iter().map(|e| (e.cmd.client, e.cmd.seq)).collect();
         let last = self.log.last().map(|e| e.id());
+        let leading = self.is_leader() && self.mode == Mode::Normal;
         for (id, cmd) in released {
             if in_log.contains(&id.req()) || self.unsynced_ids.contains_key(&id.req()) {
                 continue;
             }
-            if last.is_none_or(|l| id > l) {
+            if !leading && last.is_none_or(|l| id > l) {
                 self.dom.note_released(&id, &cmd);
                 self.unsynced_ids.insert(id.req(), id.deadline);
                 self.unsynced.insert(id, cmd);

@@ -119,20 +119,9 @@ impl Nezha {
             self.send_start_view(ctx, p);
         }
         self.speculate(ctx);
-        let start = self.len() + 1;
         let mut late = self.dom.drain_late();
         late.extend(leftovers);
-        for (_, cmd) in late {
-            let req = (cmd.client, cmd.seq);
-            if self.index_of.get(&req).is_some_and(|&i| i > self.commit) {
-                continue;
-            }
-            let d = self.dom.eligible_deadline(&cmd, ctx.now.as_nanos());
-            let id = LogId::of(d, &cmd);
-            self.dom.note_released(&id, &cmd);
-            self.append(id, cmd);
-        }
-        self.broadcast_mods(ctx, start);
+        self.append_late(ctx, late);
         self.update_commit(ctx);
         self.execute(ctx);
     }
