@@ -102,16 +102,8 @@ impl Nezha {
             if self.is_leader() && self.mode == Mode::Normal {
                 let start = self.len() + 1;
                 for (id, cmd) in released {
-                    let client = self.proxied.remove(&id.req());
                     self.append(id, cmd);
-                    if let Some(client) = client {
-                        // Fig. 4 ④: the fast-reply's hash covers the log up to this entry;
-                        // it leaves with the speculative execution's result.
-                        let e = &self.log[self.at(self.len())];
-                        let digest = self.hash.for_reply(&id, &e.cmd, self.opts.commutativity);
-                        let view = self.view;
-                        self.fast_replies.insert(self.len(), synod_core::SpeculativeReply { client, view, digest });
-                    }
+                    self.leader_reply(self.len());
                 }
                 self.broadcast_mods(ctx, start);
             } else {
@@ -158,6 +150,23 @@ impl Nezha {
         self.hash.toggle(&id, &cmd);
         self.log.push(Entry { deadline: id.deadline, cmd });
         self.index_of.insert(id.req(), self.len());
+    }
+
+    /// The leader's answer to the proxy waiting here for the entry at `pos`: its fast-reply
+    /// (Fig. 4 ④), whose hash covers the log up to this entry and which leaves with the
+    /// speculative execution's result; without quorum-check offloading or speculation, a
+    /// `Done` at execution.
+    pub(super) fn leader_reply(&mut self, pos: u64) {
+        let e = &self.log[self.at(pos)];
+        let req = (e.cmd.client, e.cmd.seq);
+        let Some(client) = self.proxied.remove(&req) else { return };
+        if !(self.opts.offload && self.opts.speculate) {
+            let cmd = e.cmd.clone();
+            self.remember_client(client, &cmd);
+            return;
+        }
+        let digest = self.hash.for_reply(&e.id(), &e.cmd, self.opts.commutativity);
+        self.fast_replies.insert(pos, synod_core::SpeculativeReply { client, view: self.view, digest });
     }
 
     /// Persist the entries from `start` on, then broadcast their log-modification (§5.4
@@ -220,6 +229,7 @@ impl Nezha {
             let id = LogId::of(d, &cmd);
             self.dom.note_released(&id, &cmd);
             self.append(id, cmd);
+            self.leader_reply(self.len());
         }
         self.broadcast_mods(ctx, start);
     }
