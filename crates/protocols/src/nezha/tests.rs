@@ -267,15 +267,15 @@ fn a_new_view_answers_the_proxies_of_the_requests_it_kept() {
     // The followers never hear from the leader again: it crashes before the release.
     net.crash(1);
     net.run_for(Duration::from_millis(20));
-    let fast: Vec<&Reply> = net.replies.iter().filter(|r| r.client == 70).collect();
+    let fast: Vec<&synod_core::Reply> = net.replies.iter().filter(|r| r.client == 70).collect();
     assert_eq!(fast.len(), 2, "both followers fast-replied on release: {fast:?}");
     assert!(fast.iter().all(|r| matches!(r.body, ReplyBody::Speculative { view: 0, result: None, .. })));
     net.run_for(Duration::from_millis(1500));
     assert_eq!(net.leader(), Some(2), "view 1's leader");
-    let new_view: Vec<&Reply> = net.replies.iter().filter(|r| r.client == 70).skip(2).collect();
+    let new_view: Vec<&synod_core::Reply> = net.replies.iter().filter(|r| r.client == 70).skip(2).collect();
     assert!(
         new_view.iter().any(|r| r.from == 2
-            && matches!(&r.body, ReplyBody::Speculative { view: 1, result: Some(res), .. } if *res == synod_core::OpResult::Done)),
+            && matches!(&r.body, ReplyBody::Speculative { view: 1, result: Some(res), .. } if res == &synod_core::OpResult::Done)),
         "the new leader's reply with its result: {new_view:?}"
     );
     assert!(
