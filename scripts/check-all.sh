@@ -9,7 +9,6 @@ SEEDS5=${SEEDS5:-$((SEEDS / 4))}
 bin="${CARGO_TARGET_DIR:-target}/release/synod"
 [ -x "$bin" ] || cargo build --release -p synod
 status=0
-NEZHA_FAULTS=partition,crash,crash-all,loss,dup,reorder,skew
 for p in $("$bin" protocols | awk '{print $1}'); do
   # Per-protocol seed scale (percent) for the slower ones: rspaxos runs ~36 schedules/s
   # (5000 seeds would take ~140 s on 2 cores; its stalls under the fault phase's crashes
@@ -24,16 +23,10 @@ for p in $("$bin" protocols | awk '{print $1}'); do
     *) scale=100 ;;
   esac
   s3=$((SEEDS * scale / 100)); s5=$((SEEDS5 * scale / 100))
-  faults=all
-  # nezha: every fault but the storage faults (lost unsynced records, fsync errors) until the
-  # open liveness bug they expose is fixed: a new view's leader loses a request's record in a
-  # crash before its fsync and the followers, which hold it as unsynced, drop every retry of
-  # it (synod check --protocol nezha --seed 523; ignored test in crates/sim/tests/protocols.rs).
-  if [ "$p" = nezha ]; then faults=$NEZHA_FAULTS; fi
-  echo "== $p: $s3 seeds, 3 replicas, faults $faults"
-  "$bin" check --protocol "$p" --seeds "$s3" --faults "$faults" || status=1
-  echo "== $p: $s5 seeds, 5 replicas, faults $faults"
-  "$bin" check --protocol "$p" --seeds "$s5" --replicas 5 --start-seed 1000000 --faults "$faults" || status=1
+  echo "== $p: $s3 seeds, 3 replicas, all faults"
+  "$bin" check --protocol "$p" --seeds "$s3" --faults all || status=1
+  echo "== $p: $s5 seeds, 5 replicas, all faults"
+  "$bin" check --protocol "$p" --seeds "$s5" --replicas 5 --start-seed 1000000 --faults all || status=1
 done
 # Non-default protocol options that change what is replicated or trimmed, and a tiny
 # catch-up chunk so that the simulated histories (tens of slots) reach the paths taken by a
@@ -60,18 +53,16 @@ for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchu
       *) params+=(--param "$kv") ;;
     esac
   done
-  faults=all
-  if [ "$p" = nezha ]; then faults=$NEZHA_FAULTS; fi
-  echo "== $p $*: $SEEDS5 seeds, 3 replicas, faults $faults"
-  "$bin" check --protocol "$p" "${params[@]}" --seeds "$SEEDS5" --start-seed 2000000 --faults "$faults" || status=1
+  echo "== $p $*: $SEEDS5 seeds, 3 replicas, all faults"
+  "$bin" check --protocol "$p" "${params[@]}" --seeds "$SEEDS5" --start-seed 2000000 --faults all || status=1
 done
 # Nezha with clocks that jump (±200 ms, backwards too) and change drift during the run, and
 # its ablation options (quorum checks at the leader, release on arrival).
 echo "== nezha: $SEEDS5 seeds, 3 replicas, all faults + clock-jump"
-"$bin" check --protocol nezha --seeds "$SEEDS5" --start-seed 3000000 --faults "$NEZHA_FAULTS,clock-jump" || status=1
+"$bin" check --protocol nezha --seeds "$SEEDS5" --start-seed 3000000 --faults all,clock-jump || status=1
 for opts in "offload=false" "dom=false"; do
   echo "== nezha $opts: $((SEEDS5 / 2)) seeds, 3 replicas, all faults"
-  "$bin" check --protocol nezha --param "$opts" --seeds "$((SEEDS5 / 2))" --start-seed 2000000 --faults "$NEZHA_FAULTS" || status=1
+  "$bin" check --protocol nezha --param "$opts" --seeds "$((SEEDS5 / 2))" --start-seed 2000000 --faults all || status=1
 done
 # Long, rich histories (lists, INCRBY, multi-key operations, scans, MULTI/EXEC with WATCH;
 # 20 clients x 500 operations = 10^4 per schedule) with every fault, storage faults included.

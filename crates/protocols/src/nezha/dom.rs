@@ -104,6 +104,11 @@ impl Dom {
         }
     }
 
+    /// Whether the late-buffer holds the request.
+    pub fn is_late(&self, req: &ReqId) -> bool {
+        self.late.contains_key(req)
+    }
+
     /// Put a request into the late-buffer (a late arrival, or an entry a follower removed
     /// from its log).
     pub fn put_late(&mut self, deadline: u64, cmd: Command) {

@@ -48,7 +48,11 @@
 //! - **retries**: the leader appends a request again unless it is in the uncommitted part of
 //!   its log; executing a retry twice is harmless (the session table answers it from the
 //!   first execution). A follower checks that its copy of a request is the leader's (a digest
-//!   of the command) before putting it in its log.
+//!   of the command) before putting it in its log. The leader picks its late-buffer at every
+//!   tick (§5.4's liveness rule; a restarted leader recovers requests there). After a view
+//!   change the replicas answer the proxies waiting on them in the new view (the leader's
+//!   reply, followers' slow-replies, and `NotLeader` with the new leader for a request the
+//!   new log lacks: the proxy resubmits at once, §5.5).
 //!
 //! - **checkpoints** (§7.3): every `snapshot_every` executed entries a replica snapshots its
 //!   state machine and compacts its WAL to the snapshot plus the log after it; the log is
@@ -575,15 +579,19 @@ impl Protocol for Nezha {
         for e in &self.log {
             self.dom.note_released(&e.id(), &e.cmd);
         }
-        // Released requests back where they were (after the log's last entry, not in it),
-        // the others to the late-buffer.
+        // Released requests back where they were (after the log's last entry, not in it;
+        // with commutativity also those ordered before it, as `prune_unsynced` keeps them:
+        // a fast-reply may have vouched for them, and the view-change state must hold
+        // them), the others to the late-buffer; a leader of its view keeps none unsynced (it
+        // picks them from its late-buffer at the next tick, §5.4).
         let in_log: std::collections::HashSet<ReqId> = self.log.iter().map(|e| (e.cmd.client, e.cmd.seq)).collect();
         let last = self.log.last().map(|e| e.id());
+        let leading = self.is_leader() && self.mode == Mode::Normal;
         for (id, cmd) in released {
             if in_log.contains(&id.req()) || self.unsynced_ids.contains_key(&id.req()) {
                 continue;
             }
-            if last.is_none_or(|l| id > l) {
+            if !leading && (self.opts.commutativity || last.is_none_or(|l| id > l)) {
                 self.dom.note_released(&id, &cmd);
                 self.unsynced_ids.insert(id.req(), id.deadline);
                 self.unsynced.insert(id, cmd);

@@ -67,11 +67,18 @@ impl Nezha {
         // A deadline far beyond this clock comes from a badly skewed sender: hold it no
         // longer than the clamp D.
         let deadline = deadline.min(ctx.now.as_nanos().saturating_add(self.owd_max()));
+        let leading = self.is_leader() && self.mode == Mode::Normal;
+        if leading && self.dom.is_late(&req) {
+            // A retry of a request the leader kept in its late-buffer (from before a restart
+            // or a view change): the leader's liveness duty (§5.4), taken up at once.
+            self.pick_late(ctx);
+            return;
+        }
         match self.dom.admit(deadline, cmd) {
             Admit::Held | Admit::Early => {}
             Admit::Late => {
                 self.counters.late += 1;
-                if self.is_leader() && self.mode == Mode::Normal {
+                if leading {
                     // §5.4 ③: the leader moves a late request's deadline to make it
                     // eligible for the early-buffer.
                     if let Some((_, cmd)) = self.dom.take(&req) {
@@ -95,16 +102,8 @@ impl Nezha {
             if self.is_leader() && self.mode == Mode::Normal {
                 let start = self.len() + 1;
                 for (id, cmd) in released {
-                    let client = self.proxied.remove(&id.req());
                     self.append(id, cmd);
-                    if let Some(client) = client {
-                        // Fig. 4 ④: the fast-reply's hash covers the log up to this entry;
-                        // it leaves with the speculative execution's result.
-                        let e = &self.log[self.at(self.len())];
-                        let digest = self.hash.for_reply(&id, &e.cmd, self.opts.commutativity);
-                        let view = self.view;
-                        self.fast_replies.insert(self.len(), synod_core::SpeculativeReply { client, view, digest });
-                    }
+                    self.leader_reply(self.len());
                 }
                 self.broadcast_mods(ctx, start);
             } else {
@@ -153,6 +152,23 @@ impl Nezha {
         self.index_of.insert(id.req(), self.len());
     }
 
+    /// The leader's answer to the proxy waiting here for the entry at `pos`: its fast-reply
+    /// (Fig. 4 ④), whose hash covers the log up to this entry and which leaves with the
+    /// speculative execution's result; without quorum-check offloading or speculation, a
+    /// `Done` at execution.
+    pub(super) fn leader_reply(&mut self, pos: u64) {
+        let e = &self.log[self.at(pos)];
+        let req = (e.cmd.client, e.cmd.seq);
+        let Some(client) = self.proxied.remove(&req) else { return };
+        if !(self.opts.offload && self.opts.speculate) {
+            let cmd = e.cmd.clone();
+            self.remember_client(client, &cmd);
+            return;
+        }
+        let digest = self.hash.for_reply(&e.id(), &e.cmd, self.opts.commutativity);
+        self.fast_replies.insert(pos, synod_core::SpeculativeReply { client, view: self.view, digest });
+    }
+
     /// Persist the entries from `start` on, then broadcast their log-modification (§5.4
     /// ⑦; persisted first so a restarted leader never reuses a position a follower synced).
     pub(super) fn broadcast_mods(&mut self, ctx: &mut Ctx<'_>, start: u64) {
@@ -182,6 +198,40 @@ impl Nezha {
     pub(super) fn leader_tick(&mut self, ctx: &mut Ctx<'_>) {
         // The heartbeat: an empty log-modification with the log's end and the commit-point.
         ctx.broadcast(&self.heartbeat());
+        self.pick_late(ctx);
+    }
+
+    /// "The leader must pick it out of its late-buffer eventually for liveness" (§5.4):
+    /// a leader in its normal view appends every request its late-buffer holds. A late
+    /// arrival is picked at once (③ in `receive`); what a replica held before it became the
+    /// leader is picked when the view starts; this catches what a restarted leader recovered
+    /// there (a request whose log record it lost in the crash, before the fsync, and that no
+    /// other replica was told of: every retry of it would otherwise wait in the buffer).
+    pub(super) fn pick_late(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.is_leader() || self.mode != Mode::Normal || self.dom.late_len() == 0 {
+            return;
+        }
+        let late = self.dom.drain_late();
+        self.append_late(ctx, late);
+    }
+
+    /// Append requests from a late-buffer (or left over from a view change) with a
+    /// deadline that makes them eligible (§5.4 ③), skipping those already waiting in the
+    /// uncommitted part of the log, and broadcast their log-modification.
+    pub(super) fn append_late(&mut self, ctx: &mut Ctx<'_>, late: Vec<(u64, Command)>) {
+        let start = self.len() + 1;
+        for (_, cmd) in late {
+            let req = (cmd.client, cmd.seq);
+            if self.index_of.get(&req).is_some_and(|&i| i > self.commit) {
+                continue;
+            }
+            let d = self.dom.eligible_deadline(&cmd, ctx.now.as_nanos());
+            let id = LogId::of(d, &cmd);
+            self.dom.note_released(&id, &cmd);
+            self.append(id, cmd);
+            self.leader_reply(self.len());
+        }
+        self.broadcast_mods(ctx, start);
     }
 
     /// An empty log-modification: the log's end, the commit-point and the trim bound.

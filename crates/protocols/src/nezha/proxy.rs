@@ -120,12 +120,16 @@ pub struct NezhaProxy {
     last_deadline: u64,
     votes: BTreeMap<NodeId, Vote>,
     active: bool,
+    /// The new leader named by the `NotLeader` that made this request's last retry.
+    retried_for: Option<NodeId>,
     /// The fast-path quorum (a mutant makes it one too small).
     small_super_quorum: bool,
     /// Requests committed on the fast path, on the slow path, and by a `Done`.
     pub fast_commits: u64,
     pub slow_commits: u64,
     pub done_commits: u64,
+    /// Requests resubmitted because a replica reported a new view without them.
+    pub view_retries: u64,
 }
 
 impl NezhaProxy {
@@ -139,10 +143,12 @@ impl NezhaProxy {
             last_deadline: 0,
             votes: BTreeMap::new(),
             active: false,
+            retried_for: None,
             small_super_quorum: false,
             fast_commits: 0,
             slow_commits: 0,
             done_commits: 0,
+            view_retries: 0,
         }
     }
 
@@ -185,6 +191,7 @@ impl ClientPolicy for NezhaProxy {
             return;
         }
         self.active = true;
+        self.retried_for = None;
         self.submit(cx);
     }
 
@@ -205,6 +212,14 @@ impl ClientPolicy for NezhaProxy {
         let vote = match reply.body {
             ReplyBody::SlowReply { view } => Vote::Slow { view },
             ReplyBody::Speculative { view, digest, result } => Vote::Fast { view, hash: digest, result },
+            ReplyBody::NotLeader { leader: Some(leader) } if self.retried_for != Some(leader) => {
+                // A replica entered a new view whose log lacks this request: retry to the
+                // new leader's quorum now (§5.5), once per new leader.
+                self.retried_for = Some(leader);
+                self.view_retries += 1;
+                self.submit(cx);
+                return;
+            }
             _ => return,
         };
         // A slow-reply is never replaced by a fast-reply of the same view.
@@ -241,6 +256,7 @@ impl ClientPolicy for NezhaProxy {
             ("fast_commits", self.fast_commits),
             ("slow_commits", self.slow_commits),
             ("done_commits", self.done_commits),
+            ("view_retries", self.view_retries),
         ]
     }
 }
@@ -369,6 +385,30 @@ mod tests {
         let a = h.run(|cx| p.on_reply(cx, fast(3, 2, 9, Some(OpResult::Done))));
         assert_eq!(finished(&a), None, "the slow-reply is of an older view than the leader's");
         let a = h.run(|cx| p.on_reply(cx, slow(1, 2)));
+        assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
+    }
+
+    #[test]
+    fn a_new_view_without_the_request_resubmits_at_once_once_per_leader() {
+        let mut h = Host::new(3);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        h.now = Time::from_millis(1010);
+        let not_leader = |from| Reply { client: 9, seq: 4, from, body: ReplyBody::NotLeader { leader: Some(2) } };
+        let sends = |a: &[ClientAction]| {
+            a.iter()
+                .filter_map(|x| if let ClientAction::Send { meta, .. } = x { Some(meta.sent_at) } else { None })
+                .collect::<Vec<_>>()
+        };
+        let a = h.run(|cx| p.on_reply(cx, not_leader(3)));
+        assert_eq!(sends(&a), vec![Time::from_millis(1010); 3], "resubmitted to every replica with a new send time");
+        assert_eq!(finished(&a), None);
+        let a = h.run(|cx| p.on_reply(cx, not_leader(1)));
+        assert!(sends(&a).is_empty(), "the second report of the same new leader does not resubmit again");
+        assert_eq!(p.view_retries, 1);
+        // The new view's slow path commits it: the new leader (2 leads view 1) and f = 1.
+        h.run(|cx| p.on_reply(cx, fast(2, 1, 3, Some(OpResult::Done))));
+        let a = h.run(|cx| p.on_reply(cx, slow(3, 1)));
         assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
     }
 

@@ -245,3 +245,47 @@ fn the_leader_executes_provisionally_and_a_deposed_leader_rolls_back() {
     let digests: Vec<u64> = (1..=3).map(|id| net.node(id).sm.digest()).collect();
     assert!(digests.windows(2).all(|w| w[0] == w[1]), "the old leader's provisional write was undone");
 }
+
+/// A proxied request that only the followers released (the leader never got it) survives
+/// the leader's crash in the new view's log, and the proxy waiting for it hears from the new
+/// view at once: the new leader's reply with its result and the other follower's
+/// slow-reply, both of the new view (the slow path's quorum, §5.4), with no retry.
+#[test]
+fn a_new_view_answers_the_proxies_of_the_requests_it_kept() {
+    let mut net = net(3);
+    let req = cmd(70, 1, put("p", "1"));
+    let stamp = synod_core::protocol::encode(&proxy::ProxyStamp { bound: 1_000_000 });
+    for to in [2, 3] {
+        let meta = synod_core::RequestMeta { sent_at: net.now, ext: stamp.clone() };
+        net.event(to, Event::Request { client: ClientRef { node: to, conn: 70 }, cmd: req.clone(), meta });
+    }
+    // One more that only replica 3 got: the new view's log lacks it (one copy of the ⌈f/2⌉ + 1
+    // the rebuild needs), and replica 3 sends its proxy to the new leader.
+    let lone = cmd(71, 1, put("q", "1"));
+    let meta = synod_core::RequestMeta { sent_at: net.now, ext: stamp.clone() };
+    net.event(3, Event::Request { client: ClientRef { node: 3, conn: 71 }, cmd: lone, meta });
+    // The followers never hear from the leader again: it crashes before the release.
+    net.crash(1);
+    net.run_for(Duration::from_millis(20));
+    let fast: Vec<&synod_core::Reply> = net.replies.iter().filter(|r| r.client == 70).collect();
+    assert_eq!(fast.len(), 2, "both followers fast-replied on release: {fast:?}");
+    assert!(fast.iter().all(|r| matches!(r.body, ReplyBody::Speculative { view: 0, result: None, .. })));
+    net.run_for(Duration::from_millis(1500));
+    assert_eq!(net.leader(), Some(2), "view 1's leader");
+    let new_view: Vec<&synod_core::Reply> = net.replies.iter().filter(|r| r.client == 70).skip(2).collect();
+    assert!(
+        new_view.iter().any(|r| r.from == 2
+            && matches!(&r.body, ReplyBody::Speculative { view: 1, result: Some(res), .. } if res == &synod_core::OpResult::Done)),
+        "the new leader's reply with its result: {new_view:?}"
+    );
+    assert!(
+        new_view.iter().any(|r| r.from == 3 && r.body == ReplyBody::SlowReply { view: 1 }),
+        "the follower's slow-reply of the new view: {new_view:?}"
+    );
+    assert_eq!(
+        net.reply_for(71, 1),
+        Some(&ReplyBody::NotLeader { leader: Some(2) }),
+        "the request the new log lacks: its proxy is pointed to the new leader"
+    );
+    net.assert_agreement();
+}

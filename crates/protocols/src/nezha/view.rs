@@ -18,7 +18,7 @@
 use super::msg::{Entry, LogId, Msg, Record, ReqId};
 use super::{Dvc, Mode, Nezha};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use synod_core::{Command, Ctx, NodeId};
+use synod_core::{Command, Ctx, NodeId, Reply, ReplyBody};
 
 impl Nezha {
     /// Move to `view` (status VIEWCHANGE) and send this replica's state to its leader.
@@ -118,21 +118,16 @@ impl Nezha {
         for p in peers {
             self.send_start_view(ctx, p);
         }
+        // The proxies waiting here (from before, as a follower) get the new view's answer:
+        // the leader's reply of this view, which the followers' slow-replies to the
+        // StartView complete (§5.4's slow path, without waiting for the proxy's retry).
+        for pos in self.applied.max(self.base) + 1..=self.len() {
+            self.leader_reply(pos);
+        }
         self.speculate(ctx);
-        let start = self.len() + 1;
         let mut late = self.dom.drain_late();
         late.extend(leftovers);
-        for (_, cmd) in late {
-            let req = (cmd.client, cmd.seq);
-            if self.index_of.get(&req).is_some_and(|&i| i > self.commit) {
-                continue;
-            }
-            let d = self.dom.eligible_deadline(&cmd, ctx.now.as_nanos());
-            let id = LogId::of(d, &cmd);
-            self.dom.note_released(&id, &cmd);
-            self.append(id, cmd);
-        }
-        self.broadcast_mods(ctx, start);
+        self.append_late(ctx, late);
         self.update_commit(ctx);
         self.execute(ctx);
     }
@@ -160,13 +155,28 @@ impl Nezha {
             self.view = old_view;
             return;
         };
-        for (d, cmd) in leftovers {
-            self.dom.put_late(d, cmd);
-        }
         self.last_normal = view;
         self.mode = Mode::Normal;
         self.leader_contact = ctx.now;
         self.persist(ctx, vec![Record::View { view, last_normal: view }]);
+        // The proxies waiting here learn of the new view (after the persists, per the
+        // ordering contract): a slow-reply of this view for each of their requests in the
+        // new log (synced here), and for each one the new log lacks a pointer to the new
+        // leader: the proxy resubmits it at once (§5.5) instead of after its timeout.
+        for i in self.applied.max(self.base) + 1..=self.len() {
+            let cmd = &self.log[self.at(i)].cmd;
+            if let Some(client) = self.proxied.remove(&(cmd.client, cmd.seq)) {
+                let body = ReplyBody::SlowReply { view };
+                ctx.reply(client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body });
+            }
+        }
+        for (d, cmd) in leftovers {
+            if let Some(client) = self.proxied.remove(&(cmd.client, cmd.seq)) {
+                let body = ReplyBody::NotLeader { leader: Some(from) };
+                ctx.reply(client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body });
+            }
+            self.dom.put_late(d, cmd);
+        }
         ctx.send(from, &Msg::LogStatus { view, sync_point: self.len() });
         self.execute(ctx);
     }
