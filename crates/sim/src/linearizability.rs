@@ -187,6 +187,12 @@ fn as_rich(o: &Operation) -> (Op, Option<u64>, Option<OpResult>) {
     (op, None, out)
 }
 
+/// Operations the search leaves out: rejected ones (they must never take effect) and
+/// indeterminate reads (they change nothing and may return anything).
+fn left_out(o: &Operation) -> bool {
+    o.is_rejected() || (o.is_indeterminate() && reads_only(&o.op))
+}
+
 /// Whether an operation never changes the store (checked one by one here rather than
 /// trusting `Op::is_write`, which a new write kind could be missing from: leaving out a
 /// write would weaken the check).
@@ -219,8 +225,7 @@ pub fn check_rich(ops: &[&Operation]) -> bool {
         out: Option<OpResult>,
     }
     // An indeterminate read changes nothing and may return anything: left out.
-    let kept: Vec<&&Operation> =
-        ops.iter().filter(|o| !o.is_rejected() && !(o.is_indeterminate() && reads_only(&o.op))).collect();
+    let kept: Vec<&&Operation> = ops.iter().filter(|o| !left_out(o)).collect();
     let mut keys: BTreeSet<Bytes> = BTreeSet::new();
     let rs: Vec<R> = kept
         .iter()
@@ -270,10 +275,7 @@ pub fn check_rich(ops: &[&Operation]) -> bool {
 ///   interchangeable: they are linearized in call order only (see `search_with`'s `gate`),
 ///   so k pending unobserved writes make k + 1 configurations, not 2^k.
 pub fn check_ops(ops: &[&Operation]) -> bool {
-    let kept: Vec<&&Operation> = ops
-        .iter()
-        .filter(|o| !o.is_rejected() && !(o.is_indeterminate() && matches!(o.op, KvOp::Get { .. })))
-        .collect();
+    let kept: Vec<&&Operation> = ops.iter().filter(|o| !left_out(o)).collect();
     let mut interner = Interner::default();
     for o in &kept {
         interner.observe(o);
