@@ -299,3 +299,40 @@ fn epaxos_small_fast_quorum_is_caught_at_five_replicas() {
     let seed = caught.expect("epaxos-small-fast-quorum survived 500 five-replica seeds");
     println!("epaxos-small-fast-quorum caught at 5 replicas, seed {seed}");
 }
+
+/// `synod check` (its code path, `run_check_with`) for an IDEM mutant and for IDEM itself with
+/// the overload setting (`reject_threshold=2`), all faults.
+fn idem_check(name: &str, seeds: u64, replicas: u64) -> (i32, i32) {
+    use synod_sim::cli::{run_check_with, CheckArgs};
+    let args = |protocol: &str| CheckArgs {
+        protocol: protocol.into(),
+        seeds,
+        seed: None,
+        start_seed: 0,
+        replicas,
+        faults: "all".into(),
+        ops: 30,
+        workload: "classic".into(),
+        keys: None,
+        clients: None,
+        readers: 0,
+        trace: false,
+        export_history: None,
+        params: vec!["reject_threshold=2".into()],
+    };
+    let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == name).expect("registered");
+    let idem = synod_protocols::find("idem").unwrap();
+    (run_check_with(mutant, &args(name)), run_check_with(idem, &args("idem")))
+}
+
+/// IDEM's leader proposing after f REQUIREs (`idem-require-f`): the simulator's ghost check
+/// (every applied client command was accepted by a majority of the replicas, §4.3) fires
+/// under `synod check`, while IDEM passes the same schedules.
+#[test]
+fn idem_require_f_is_caught_by_synod_check() {
+    for replicas in [3, 5] {
+        let (mutant, idem) = idem_check("idem-require-f", 200, replicas);
+        assert_eq!(mutant, 1, "idem-require-f survived 200 seeds with {replicas} replicas");
+        assert_eq!(idem, 0, "idem failed with {replicas} replicas");
+    }
+}
