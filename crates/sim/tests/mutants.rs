@@ -263,27 +263,9 @@ fn lease_mutant_random_detection_rate() {
 /// n answers (an attempt timeout during a partition), and with 5 replicas that is likelier.
 #[test]
 fn idem_non_sticky_rejection_is_caught_by_synod_check() {
-    use synod_sim::cli::{run_check_with, CheckArgs};
-    let args = |protocol: &str| CheckArgs {
-        protocol: protocol.into(),
-        seeds: 600,
-        seed: None,
-        start_seed: 0,
-        replicas: 5,
-        faults: "all".into(),
-        ops: 30,
-        workload: "classic".into(),
-        keys: None,
-        clients: None,
-        readers: 0,
-        trace: false,
-        export_history: None,
-        params: vec!["reject_threshold=2".into()],
-    };
-    let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == "idem-sticky-off").unwrap();
-    assert_eq!(run_check_with(mutant, &args(mutant.name)), 1, "the non-sticky mutant survived 600 seeds");
-    let idem = synod_protocols::find("idem").unwrap();
-    assert_eq!(run_check_with(idem, &args("idem")), 0);
+    let (mutant, idem) = idem_check("idem-sticky-off", 600, 5);
+    assert_eq!(mutant, 1, "the non-sticky mutant survived 600 seeds");
+    assert_eq!(idem, 0);
 }
 
 /// EPaxos's fast quorum one too small is caught with 5 replicas too, where the default is now
