@@ -29,7 +29,7 @@ pub use client_policy::{ClientAction, ClientConfig, ClientCtx, ClientPolicy, Out
 pub use kv::{Command, Op, OpResult};
 pub use params::{Limits, ProtocolParams};
 pub use protocol::{
-    Action, ClientRef, Ctx, Event, MemberChange, MemberInfo, NodeId, Pos, Protocol, Reply, ReplyBody, Role,
+    Action, ClientRef, Ctx, Event, Ghost, MemberChange, MemberInfo, NodeId, Pos, Protocol, Reply, ReplyBody, Role,
     SpeculativeReply, Status, TimerId,
 };
 pub use time::Time;

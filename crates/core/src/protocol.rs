@@ -251,6 +251,21 @@ pub enum Action {
     MembershipChanged {
         members: Vec<MemberInfo>,
     },
+    /// A fact about the protocol's own state for the simulator's protocol invariants
+    /// ([`Ghost`]); a real driver ignores it.
+    Ghost(Ghost),
+}
+
+/// Ghost state: facts a protocol reports about itself so that the simulator can check the
+/// invariants its paper argues with, which no client history shows. A protocol that reports
+/// a kind of fact promises the invariant named with it; the simulator keeps the facts across
+/// crashes and fails the run when the invariant breaks. Real drivers ignore them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ghost {
+    /// This replica accepted client request `(client, seq)` (admission control: IDEM §4.3).
+    /// Promise: a client command is applied only after a majority of the replicas accepted
+    /// it (IDEM's leader waits for f + 1 REQUIREs, so that a correct replica holds it).
+    Accepted { client: u64, seq: u64 },
 }
 
 /// Where and how a driver answers a provisional apply ([`Action::Speculate`]).
@@ -318,6 +333,11 @@ impl<'a> Ctx<'a> {
 
     pub fn apply(&mut self, pos: Pos, cmd: Command, reply: Option<ClientRef>) {
         self.actions.push(Action::Apply { pos, cmd, reply });
+    }
+
+    /// Report a ghost fact for the simulator's protocol invariants ([`Ghost`]).
+    pub fn ghost(&mut self, fact: Ghost) {
+        self.push(Action::Ghost(fact));
     }
 
     pub fn set_timer(&mut self, timer: TimerId, after: Duration) {

@@ -150,6 +150,14 @@ pub mod mutants {
             tolerates: crate::registry::minority,
             build: crate::idem::mutants::build_forget_rejections,
         },
+        ProtocolInfo {
+            name: "idem-require-f",
+            description: "IDEM whose leader proposes a request after f REQUIREs instead of f + 1 (caught by the simulator's ghost check that only requests a majority accepted are ordered, IDEM §4.3); reject_threshold=2 unless given",
+            client: crate::idem::policy::client,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::idem::mutants::build_require_f,
+        },
     ];
 
     pub fn all() -> &'static [ProtocolInfo] {

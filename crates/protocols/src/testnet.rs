@@ -151,6 +151,7 @@ impl Net {
                 Action::Rollback => {
                     node.spec.rollback(&mut node.sm);
                 }
+                Action::Ghost(_) => {}
                 Action::SetTimer { timer, after } => {
                     node.timers.insert(timer, self.now + after);
                 }

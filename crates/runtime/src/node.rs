@@ -411,6 +411,8 @@ impl Driver {
             Action::Rollback => {
                 self.spec.rollback(&mut self.sm);
             }
+            // Facts for the simulator's invariants only.
+            Action::Ghost(_) => {}
             Action::SetTimer { timer, after } => self.timers.set(timer, Instant::now() + after),
             Action::CancelTimer { timer } => self.timers.cancel(timer),
             Action::TakeSnapshot { token } => {

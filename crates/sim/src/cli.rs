@@ -78,6 +78,9 @@ pub struct CheckSummary {
     pub partitions: u64,
     /// Reads answered from a leader's lease (no log position), checked like every other op.
     pub lease_reads: u64,
+    /// Applied client commands checked against the acceptances the replicas reported
+    /// (`Ghost::Accepted`, admission control).
+    pub ghost_apply_checks: u64,
     pub messages: u64,
     /// Virtual seconds simulated.
     pub virtual_seconds: f64,
@@ -216,6 +219,7 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.fsync_errors += report.stats.fsync_errors;
         summary.partitions += report.stats.partitions;
         summary.lease_reads += report.stats.lease_reads;
+        summary.ghost_apply_checks += report.stats.ghost_apply_checks;
         summary.messages += report.stats.messages_sent;
         summary.virtual_seconds += report.stats.virtual_end as f64 / 1e9;
         if args.trace {
@@ -285,6 +289,12 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         println!(
             "  storage: {} unsynced records lost in crashes, {} torn records, {} fsync errors",
             summary.unsynced_lost, summary.torn_records, summary.fsync_errors
+        );
+    }
+    if summary.ghost_apply_checks > 0 {
+        println!(
+            "  ghost check (admission control): {} applied commands checked to have been accepted by a majority",
+            summary.ghost_apply_checks
         );
     }
     if summary.lease_reads > 0 {

@@ -32,8 +32,8 @@ use synod_core::session::StateMachine;
 use synod_core::speculation::Speculation;
 use synod_core::RequestMeta;
 use synod_core::{
-    Action, ClientRef, Command, Ctx, Event, MemberChange, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams, Reply,
-    ReplyBody, Rng, Role, SpeculativeReply, Status, Time, TimerId,
+    Action, ClientRef, Command, Ctx, Event, Ghost, MemberChange, NodeId, Op, OpResult, Pos, Protocol, ProtocolParams,
+    Reply, ReplyBody, Rng, Role, SpeculativeReply, Status, Time, TimerId,
 };
 use synod_protocols::registry::{ProtocolInfo, Setup};
 
@@ -288,6 +288,9 @@ pub enum FailureKind {
     Liveness,
     /// The client history is not linearizable.
     Linearizability,
+    /// A protocol invariant on the facts the protocol reported about itself broke
+    /// (`Ghost`: e.g. IDEM ordered a request a majority had not accepted).
+    Invariant,
 }
 
 #[derive(Clone, Debug)]
@@ -329,6 +332,9 @@ pub struct RunStats {
     pub lease_reads: u64,
     /// Virtual time at the end of the run (ns).
     pub virtual_end: u64,
+    /// Applied client commands checked against the replicas that reported accepting them
+    /// (ghost facts, [`Ghost`]).
+    pub ghost_apply_checks: u64,
     /// The client policies' counters (`ClientPolicy::counters`, e.g. Nezha's fast and slow
     /// commits), summed over the clients.
     pub client_counters: BTreeMap<&'static str, u64>,
@@ -801,6 +807,17 @@ struct Sim<'a> {
     /// Rich workload: history index of each (session, seq), to record the stamp of the
     /// first applied copy of a command (what WATCH versions are made of).
     hist_of: std::collections::HashMap<(u64, u64), usize>,
+    ghost: GhostState,
+}
+
+/// What the replicas reported as ghost facts ([`Ghost`]), kept across crashes (it is the
+/// run's ground truth, not a replica's memory).
+#[derive(Default)]
+struct GhostState {
+    /// Replicas that accepted each client request (`Ghost::Accepted`). Once any is
+    /// reported, every applied client command must have a majority here.
+    accepted_by: std::collections::HashMap<(u64, u64), BTreeSet<NodeId>>,
+    admission: bool,
 }
 
 /// The connection id of scripted membership requests (no client session uses it).
@@ -965,6 +982,7 @@ impl<'a> Sim<'a> {
             probes: Vec::new(),
             changes_done: BTreeSet::new(),
             hist_of: Default::default(),
+            ghost: GhostState::default(),
         }
     }
 
@@ -1361,6 +1379,7 @@ impl<'a> Sim<'a> {
                     }
                     Err(e) => self.fail(FailureKind::Snapshot, format!("n{id}: {e}")),
                 },
+                Action::Ghost(fact) => self.ghost_fact(node, fact),
                 Action::MembershipChanged { members } => {
                     let ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
                     self.log(&who, || format!("members {ids:?}"));
@@ -1506,6 +1525,7 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+        self.ghost_apply(node, pos, &cmd);
         if !self.replicas[node].applied.insert(pos) {
             self.fail(FailureKind::DoubleApply, format!("n{id} applied position {pos} twice"));
             return;
@@ -1517,6 +1537,43 @@ impl<'a> Sim<'a> {
                 let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body: ReplyBody::Done(result) };
                 self.emit(node, Out::ClientReply { conn: c.conn, reply });
             }
+        }
+    }
+
+    /// A majority of the replicas (the protocols' f + 1).
+    fn majority(&self) -> usize {
+        self.replicas.len() / 2 + 1
+    }
+
+    /// Record a ghost fact (checked when the command is applied).
+    fn ghost_fact(&mut self, node: usize, fact: Ghost) {
+        let id = self.replicas[node].id;
+        self.log(&format!("n{id}"), || format!("ghost {fact:?}"));
+        match fact {
+            Ghost::Accepted { client, seq } => {
+                self.ghost.admission = true;
+                self.ghost.accepted_by.entry((client, seq)).or_default().insert(id);
+            }
+        }
+    }
+
+    /// With admission control reporting acceptances, a client command is applied only after
+    /// a majority accepted it (IDEM §4.3: the leader waits for f + 1 REQUIREs).
+    fn ghost_apply(&mut self, node: usize, pos: Pos, cmd: &Command) {
+        if !self.ghost.admission || cmd.client == 0 {
+            return;
+        }
+        self.stats.ghost_apply_checks += 1;
+        let by: Vec<NodeId> =
+            self.ghost.accepted_by.get(&(cmd.client, cmd.seq)).into_iter().flatten().copied().collect();
+        if by.len() < self.majority() {
+            let id = self.replicas[node].id;
+            let detail = format!(
+                "n{id} applied c{:x}#{} at {pos}, which only {by:?} accepted (a request is ordered once a \
+                 majority accepted it, IDEM §4.3: f + 1 REQUIREs)",
+                cmd.client, cmd.seq
+            );
+            self.fail(FailureKind::Invariant, detail);
         }
     }
 

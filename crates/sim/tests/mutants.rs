@@ -263,27 +263,9 @@ fn lease_mutant_random_detection_rate() {
 /// n answers (an attempt timeout during a partition), and with 5 replicas that is likelier.
 #[test]
 fn idem_non_sticky_rejection_is_caught_by_synod_check() {
-    use synod_sim::cli::{run_check_with, CheckArgs};
-    let args = |protocol: &str| CheckArgs {
-        protocol: protocol.into(),
-        seeds: 600,
-        seed: None,
-        start_seed: 0,
-        replicas: 5,
-        faults: "all".into(),
-        ops: 30,
-        workload: "classic".into(),
-        keys: None,
-        clients: None,
-        readers: 0,
-        trace: false,
-        export_history: None,
-        params: vec!["reject_threshold=2".into()],
-    };
-    let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == "idem-sticky-off").unwrap();
-    assert_eq!(run_check_with(mutant, &args(mutant.name)), 1, "the non-sticky mutant survived 600 seeds");
-    let idem = synod_protocols::find("idem").unwrap();
-    assert_eq!(run_check_with(idem, &args("idem")), 0);
+    let (mutant, idem) = idem_check("idem-sticky-off", 600, 5);
+    assert_eq!(mutant, 1, "the non-sticky mutant survived 600 seeds");
+    assert_eq!(idem, 0);
 }
 
 /// EPaxos's fast quorum one too small is caught with 5 replicas too, where the default is now
@@ -314,4 +296,41 @@ fn craft_majority_quorum_is_caught_and_craft_is_not() {
     let replicas = if seed % 2 == 1 { 5 } else { 3 };
     let report = run(&SimConfig { replicas, ..SimConfig::new(craft, seed) });
     assert!(report.failure.is_none(), "craft fails the same seed: {:?}", report.failure.map(|f| f.kind));
+}
+
+/// `synod check` (its code path, `run_check_with`) for an IDEM mutant and for IDEM itself with
+/// the overload setting (`reject_threshold=2`), all faults.
+fn idem_check(name: &str, seeds: u64, replicas: u64) -> (i32, i32) {
+    use synod_sim::cli::{run_check_with, CheckArgs};
+    let args = |protocol: &str| CheckArgs {
+        protocol: protocol.into(),
+        seeds,
+        seed: None,
+        start_seed: 0,
+        replicas,
+        faults: "all".into(),
+        ops: 30,
+        workload: "classic".into(),
+        keys: None,
+        clients: None,
+        readers: 0,
+        trace: false,
+        export_history: None,
+        params: vec!["reject_threshold=2".into()],
+    };
+    let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == name).expect("registered");
+    let idem = synod_protocols::find("idem").unwrap();
+    (run_check_with(mutant, &args(name)), run_check_with(idem, &args("idem")))
+}
+
+/// IDEM's leader proposing after f REQUIREs (`idem-require-f`): the simulator's ghost check
+/// (every applied client command was accepted by a majority of the replicas, §4.3) fires
+/// under `synod check`, while IDEM passes the same schedules.
+#[test]
+fn idem_require_f_is_caught_by_synod_check() {
+    for replicas in [3, 5] {
+        let (mutant, idem) = idem_check("idem-require-f", 200, replicas);
+        assert_eq!(mutant, 1, "idem-require-f survived 200 seeds with {replicas} replicas");
+        assert_eq!(idem, 0, "idem failed with {replicas} replicas");
+    }
 }

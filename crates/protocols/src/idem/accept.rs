@@ -6,7 +6,7 @@ use crate::admission::Verdict;
 use crate::multipaxos::Msg;
 use msg::IdemRecord;
 use synod_core::protocol::encode;
-use synod_core::{ReplyBody, Role};
+use synod_core::{Ghost, ReplyBody, Role};
 
 /// Send an IDEM message to one replica.
 pub(super) fn send(ctx: &mut Ctx<'_>, to: NodeId, msg: &IdemMsg) {
@@ -137,6 +137,8 @@ impl Idem {
         self.note_verdict(core, ctx, id, true);
         let client = client.or_else(|| self.rejected.take_client(&id));
         self.stats.accepted += 1;
+        // The simulator checks that only requests a majority accepted are ordered (§4.3).
+        ctx.ghost(Ghost::Accepted { client: id.0, seq: id.1 });
         self.held.insert(id, Held { cmd, client, since: ctx.now, required: None, forwarded: None });
         self.send_require(core, ctx, id);
     }

@@ -79,9 +79,16 @@ impl Idem {
         self.implicit_gc(core)
     }
 
-    /// §4.4: with window w = n × RT, a replica that sees slot s knows that every slot up to
-    /// s − w was executed by f + 1 replicas, and drops them (the core trims no further than
-    /// this replica executed; a replica that lags behind the bound fetches a snapshot).
+    /// §4.4: with window w = n × RT, a replica that sees slot s takes every slot up to s − w
+    /// as executed by f + 1 replicas (Theorem 6.1), and drops them. The core trims no further
+    /// than this replica executed, and a replica that lags behind the bound fetches a
+    /// snapshot, so nothing here depends on the theorem, which does not hold as stated:
+    /// forwards are accepted whatever the load, so the active sets exceed RT, and a leader
+    /// pipelines proposals of requests accepted long before. A simulator check of it
+    /// (a majority executed what a replica discards) failed for this window at
+    /// `synod check --protocol idem --seed 8 --param reject_threshold=2` (the leader, its
+    /// inbound link cut, proposed slots 24–30 and discarded 24 as it executed it, before any
+    /// follower learned the commit).
     fn implicit_gc(&self, core: &MultiPaxos) -> Option<LayerOp> {
         let mut window = (core.members().len() * self.cfg.admission.threshold) as u64;
         if self.dev.gc_early {

@@ -162,8 +162,10 @@ impl IdemConfig {
 /// implementation does not rely on for safety: proposals carry the request body (the paper's
 /// f + 1 make sure a correct replica can forward it), and the core trims only slots this
 /// replica executed and hands a lagging one a snapshot (the paper's w keeps f + 1 replicas
-/// able to continue without one). They change only when a request is ordered or how early a
-/// slot leaves the log, which no history shows; the scenario tests (`tests.rs`) catch both.
+/// able to continue without one). No history shows either, so `accept` reports every
+/// acceptance to the simulator (`Ghost::Accepted`), which checks §4.3's rule on every apply
+/// (mutant `idem-require-f`). Theorem 6.1 cannot be checked so: the correct window breaks
+/// it (see `forward.rs`), and `gc_early` is caught by a scenario test (`tests.rs`) only.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Deviation {
     /// Propose after f REQUIREs instead of f + 1 (a request only the leader accepted can be
@@ -407,9 +409,8 @@ impl MultiPaxosLayer for Idem {
 
 /// IDEM's mutant for the simulator (feature `mutants`, `synod_protocols::mutants`), with an
 /// overload setting unless the check names its own (`reject_threshold=2`: the simulator's 3–5
-/// clients exceed it, so requests are rejected, retransmitted and forwarded). The other two
-/// deviations (`require_f`, `gc_early`) are not registered there: no black-box check can
-/// catch them in this implementation (see `Deviation`); the scenario tests do.
+/// clients exceed it, so requests are rejected, retransmitted and forwarded). `gc_early` is
+/// not registered there: no check of the simulator can tell it from IDEM (see `Deviation`).
 #[cfg(feature = "mutants")]
 pub(crate) mod mutants {
     use super::*;
@@ -423,6 +424,11 @@ pub(crate) mod mutants {
     /// A retransmission of a rejected request runs the acceptance test again.
     pub fn build_forget_rejections(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
         overloaded(setup, Deviation { forget_rejections: true, ..Deviation::default() })
+    }
+
+    /// The leader proposes after f REQUIREs instead of f + 1 (§4.3).
+    pub fn build_require_f(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        overloaded(setup, Deviation { require_f: true, ..Deviation::default() })
     }
 }
 
