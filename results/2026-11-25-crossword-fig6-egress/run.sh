@@ -12,7 +12,7 @@ for r in $(seq 1 "$rounds"); do
     echo "$(date -u +%T) round $r $s: $(uptime)" | tee -a $dir/load.txt
     $dir/sample.sh 20000 5 > $dir/sample-$s-r$r.txt 2>/dev/null &
     sampler=$!
-    target/release/synod scenario run scenarios/crossword-fig6-$s.toml --base-port 20000 --out $out > $dir/log-$s-r$r.txt 2>&1
+    ${SYNOD:-target/release/synod} scenario run scenarios/crossword-fig6-$s.toml --base-port 20000 --out $out > $dir/log-$s-r$r.txt 2>&1
     kill $sampler
     echo "$(date -u +%T) done $s r$r: $(uptime)" | tee -a $dir/load.txt
     rm -rf $out/*/memory.csv $out/*/timeline.json $out/*/events.json

@@ -75,6 +75,37 @@ impl Model {
     }
 }
 
+/// §5.4: per-member shard counts (the leader at position `leader` holding all `n`) for a
+/// commit quorum `q` with `d` data shards: every follower starts at one shard and, while some
+/// `q − f` servers cover fewer than `d` shards (C2 by enumeration, `erasure::weakest`), the
+/// member of that weakest set that `cost` ranks lowest (given the counts and the member's
+/// position) gets one more. None for a `q` outside `f + 1 ..= n`.
+pub fn grow_unbalanced(
+    n: usize,
+    d: usize,
+    leader: usize,
+    q: usize,
+    cost: impl Fn(&[usize], usize) -> (f64, f64),
+) -> Option<Vec<usize>> {
+    let f = d.checked_sub(1)?;
+    if q <= f || q > n || leader >= n {
+        return None;
+    }
+    let mut counts = vec![1; n];
+    counts[leader] = n;
+    while let Some((weak, covered)) = weakest(&Assignment::unbalanced(n, &counts), q - f) {
+        if covered >= d {
+            break;
+        }
+        let grow = weak.iter().copied().filter(|&p| counts[p] < n).min_by(|&a, &b| {
+            let (ca, cb) = (cost(&counts, a), cost(&counts, b));
+            ca.0.total_cmp(&cb.0).then(ca.1.total_cmp(&cb.1))
+        })?;
+        counts[grow] += 1;
+    }
+    Some(counts)
+}
+
 /// Bytes of one Accept to one follower: (follower, its bytes, bytes ahead of it on the
 /// leader's way out at the send, its own included — the sample's size).
 type Queued = (NodeId, usize, usize);
@@ -248,25 +279,15 @@ impl Chooser {
             consider(counts, q);
         }
         for q in f + 2..=n {
-            let mut counts = vec![1; n];
-            counts[leader] = n;
-            while let Some((weak, covered)) = weakest(&Assignment::unbalanced(n, &counts), q - f) {
-                if covered >= d {
-                    break;
-                }
-                let cost = |p: usize| {
-                    let mut more = counts.clone();
-                    more[p] += 1;
-                    let inf = f64::INFINITY;
-                    (quorum(&more, q).unwrap_or(inf), eta(&more, p).unwrap_or(inf))
-                };
-                let grow = weak.iter().copied().filter(|&p| counts[p] < n).min_by(|&a, &b| {
-                    let (ca, cb) = (cost(a), cost(b));
-                    ca.0.total_cmp(&cb.0).then(ca.1.total_cmp(&cb.1))
-                })?;
-                counts[grow] += 1;
+            let counts = grow_unbalanced(n, d, leader, q, |counts, p| {
+                let mut more = counts.to_vec();
+                more[p] += 1;
+                let inf = f64::INFINITY;
+                (quorum(&more, q).unwrap_or(inf), eta(&more, p).unwrap_or(inf))
+            });
+            if let Some(counts) = counts {
+                consider(counts, q);
             }
-            consider(counts, q);
         }
         best.map(|(_, counts, q)| (counts, q))
     }

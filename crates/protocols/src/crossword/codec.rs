@@ -27,7 +27,7 @@
 //!   shards instead (it has no gossip). After two fruitless cycles everyone is asked for
 //!   everything missing.
 
-use super::chooser::Chooser;
+use super::chooser::{grow_unbalanced, Chooser};
 use crate::layers::codec::{Ask, PayloadCodec, Pieces, Proposal, Recovered};
 use crate::multipaxos::{AcceptedSlot, Batch, Coded, Value};
 use bytes::Bytes;
@@ -131,6 +131,23 @@ impl RsCodec {
                 let c = c.clamp(1, d);
                 (c, n + 1 - c)
             }
+            (Scheme::Crossword, Mode::Rotate) if self.unbalanced => {
+                // Every quorum above the majority, with the weakest sets grown from a
+                // rotating member: one unbalanced assignment after another (the checks).
+                self.rotate += 1;
+                let q = d + 1 + self.rotate % (n - d);
+                let leader = members.iter().position(|m| *m == me).unwrap_or(0);
+                let start = self.rotate / (n - d);
+                let each = grow_unbalanced(n, d, leader, q, |_, p| (((p + n - start % n) % n) as f64, 0.0));
+                match each {
+                    Some(each) => {
+                        let c;
+                        (c, counts) = Self::per_follower(&each, members, me, d);
+                        (c, q)
+                    }
+                    None => full,
+                }
+            }
             (Scheme::Crossword, Mode::Rotate) => {
                 let all = boundary_configs(n);
                 self.rotate = (self.rotate + 1) % all.len();
@@ -139,13 +156,8 @@ impl RsCodec {
             (Scheme::Crossword, Mode::Adaptive) if self.unbalanced => {
                 match self.chooser.choose_unbalanced(now, bytes, d, members, me) {
                     Some((each, q)) => {
-                        let theirs: Vec<usize> =
-                            members.iter().zip(&each).filter(|(m, _)| **m != me).map(|(_, k)| *k).collect();
-                        let c = theirs.iter().copied().min().unwrap_or(d).min(d);
-                        // Equal counts are a balanced configuration (or the full copy).
-                        if theirs.iter().any(|k| *k != theirs[0]) {
-                            counts = each.iter().map(|k| *k as u16).collect();
-                        }
+                        let c;
+                        (c, counts) = Self::per_follower(&each, members, me, d);
                         (c, q)
                     }
                     None => full,
@@ -167,6 +179,16 @@ impl RsCodec {
         // The mutant breaks C4 only (q + c = n), never C1: balanced coded configurations only.
         let short = self.short_quorum && c < d && counts.is_empty();
         (c, if short { q - 1 } else { q }, counts)
+    }
+
+    /// Per-member counts as a configuration: the smallest follower count (at most `d`) and
+    /// the counts, or none where the followers' counts are equal (balanced, or the full copy).
+    fn per_follower(each: &[usize], members: &[NodeId], me: NodeId, d: usize) -> (usize, Vec<u16>) {
+        let theirs: Vec<usize> = members.iter().zip(each).filter(|(m, _)| **m != me).map(|(_, k)| *k).collect();
+        let c = theirs.iter().copied().min().unwrap_or(d).min(d);
+        let counts =
+            if theirs.iter().any(|k| *k != theirs[0]) { each.iter().map(|k| *k as u16).collect() } else { Vec::new() };
+        (c, counts)
     }
 
     /// The shards acceptor `pos` is assigned: its arc of an unbalanced assignment (`counts`

@@ -47,7 +47,8 @@ use crate::registry::Setup;
 use synod_core::{Protocol, ProtocolParams};
 
 /// `config` (adaptive | rotate | c), `gossip_gap` (bytes, or `off`: only once the log stops
-/// growing) and `assign` (balanced | unbalanced: §5.4, per-follower shard counts; adaptive only).
+/// growing) and `assign` (balanced | unbalanced: §5.4, per-follower shard counts, chosen by
+/// the models or, with `config=rotate`, cycled through for the checks).
 pub(crate) fn parse(params: &ProtocolParams) -> Result<(Mode, usize, bool), String> {
     let mode = match params.options.get("config").map(String::as_str) {
         None | Some("adaptive") => Mode::Adaptive,
@@ -68,8 +69,10 @@ pub(crate) fn parse(params: &ProtocolParams) -> Result<(Mode, usize, bool), Stri
     };
     let unbalanced = match params.options.get("assign").map(String::as_str) {
         None | Some("balanced") => false,
-        Some("unbalanced") if mode == Mode::Adaptive => true,
-        Some("unbalanced") => return Err("option assign=unbalanced needs config=adaptive".into()),
+        Some("unbalanced") if matches!(mode, Mode::Fixed(_)) => {
+            return Err("option assign=unbalanced needs config=adaptive or config=rotate".into())
+        }
+        Some("unbalanced") => true,
         Some(a) => return Err(format!("option assign: expected balanced or unbalanced, got {a:?}")),
     };
     Ok((mode, gap, unbalanced))

@@ -401,6 +401,35 @@ fn unbalanced_assignments_commit_execute_and_survive_failover() {
     net.run_for(Duration::from_millis(500));
     assert_eq!(net.reply_for(2, 1), Some(&value(&big(17 * 50))));
     net.assert_agreement();
+    // config=rotate cycles through unbalanced assignments (what the checks run): each one
+    // keeps C2, and a network running them stays live through a failover.
+    let mut rot = codec(Scheme::Crossword, Mode::Rotate).with_unbalanced();
+    let mut seen = std::collections::BTreeSet::new();
+    for slot in 0..12 {
+        let p = rot.encode(ms(1_000), slot, Ballot::new(1, 1), batch(3000, 1), &MEMBERS, 1);
+        if let Some((_, Value::Coded(c))) = pieces(&p).into_iter().find(|(m, _)| *m != 1) {
+            let counts: Vec<usize> = c.counts.iter().map(|k| *k as usize).collect();
+            if !counts.is_empty() {
+                let a = synod_core::erasure::Assignment::unbalanced(5, &counts);
+                assert!(synod_core::erasure::c2_holds(&a, 2, 3, p.quorum), "{counts:?} q={}", p.quorum);
+                seen.insert((counts, p.quorum));
+            }
+        }
+    }
+    assert!(seen.len() >= 3, "several unbalanced assignments: {seen:?}");
+    let rotating = params(&[("assign", "unbalanced"), ("config", "rotate"), ("gossip_gap", "0")]);
+    let mut net = Net::with_params(5, build, rotating);
+    let l1 = elect(&mut net);
+    for i in 1..=10 {
+        net.request(l1, 1, i, put(&format!("k{i}"), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.crash(l1);
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("new leader");
+    net.request(l2, 2, 1, get("k9"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&big(9))));
+    net.assert_agreement();
     let setup =
         |options: &[(&str, &str)]| crate::registry::Setup { id: 1, members: MEMBERS.to_vec(), params: params(options) };
     assert!(build(&setup(&[("assign", "unbalanced"), ("config", "1")])).is_err());
