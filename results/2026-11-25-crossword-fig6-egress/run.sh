@@ -15,6 +15,6 @@ for r in $(seq 1 "$rounds"); do
     ${SYNOD:-target/release/synod} scenario run scenarios/crossword-fig6-$s.toml --base-port 20000 --out $out > $dir/log-$s-r$r.txt 2>&1
     kill $sampler
     echo "$(date -u +%T) done $s r$r: $(uptime)" | tee -a $dir/load.txt
-    rm -rf $out/*/memory.csv $out/*/timeline.json $out/*/events.json
+    rm -rf $out/*/memory.* $out/*/*.json $out/*/*.png $out/*/logs
   done
 done

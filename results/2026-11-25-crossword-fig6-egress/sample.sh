@@ -9,7 +9,7 @@ sent() { curl -s -m 1 "http://127.0.0.1:$((B + 200 + $1))/metrics" 2>/dev/null |
 while true; do
   declare -A b0=() t0=()
   for i in $(seq 1 "$N"); do read -r s _ < <(sent "$i"); b0[$i]=$s; done
-  pids=$(pgrep -f "synod (scenario run|server --config)")
+  pids=$(pgrep -f "synod[^ ]* (scenario run|server --config)")
   for p in $pids; do t0[$p]=$(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null); done
   sleep 5
   now=$(date -u +%H:%M:%S)

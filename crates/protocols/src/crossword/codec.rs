@@ -24,8 +24,8 @@
 //! * **§3.5/§4.2 gossip.** A follower completes a committed slot by asking the peers whose
 //!   assigned shards cover what it lacks, starting after itself and skipping the leader
 //!   (asked last), for exactly those shards; RSPaxos followers ask the leader for the data
-//!   shards instead (it has no gossip). After two fruitless cycles everyone is asked for
-//!   everything missing.
+//!   shards instead (it has no gossip). After `ESCALATE` fruitless cycles everyone is
+//!   asked for everything missing.
 
 use super::chooser::{grow_unbalanced, Chooser};
 use crate::layers::codec::{Ask, PayloadCodec, Pieces, Proposal, Recovered};
@@ -40,6 +40,14 @@ use synod_core::{Ballot, NodeId, Time};
 
 /// The deferral gap's default (§4.2: 400 KB).
 pub const DEFAULT_GAP: usize = 400_000;
+
+/// Fetch cycles a slot stays incomplete before everyone is asked for everything missing.
+/// Not sooner: on a saturated network the planned peers' answers take several cycles, and
+/// asking everyone (the leader and the followers holding pooled copies answer with every
+/// shard they have) multiplies the bytes each slot costs — the flood that kept Crossword's
+/// followers' NICs full and its leader's heartbeats late in the shaped Fig. 6 runs. A peer
+/// silent for `SILENT_AFTER` cycles is already routed around by the plan itself.
+const ESCALATE: u32 = 10;
 
 /// How the configuration of each instance is picked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,7 +279,8 @@ impl PayloadCodec for RsCodec {
                     // the batch itself goes to everyone in one broadcast, and nobody
                     // decodes it (small values pay no codec work, §5.1).
                     let (c, quorum, counts) = self.configure(now, payload.len(), members, me);
-                    if c >= (n - 1) / 2 + 1 {
+                    let d = (n - 1) / 2 + 1;
+                    if c >= d {
                         let sizes = members.iter().filter(|m| **m != me).map(|m| (*m, payload.len())).collect();
                         self.chooser.on_send(now, slot, sizes);
                         let v = Value::Cmds(batch);
@@ -453,7 +462,7 @@ impl PayloadCodec for RsCodec {
         let everyone = || -> Vec<Ask> {
             members.iter().filter(|m| **m != me).map(|m| Ask { peer: *m, parts: missing.clone() }).collect()
         };
-        if round >= 2 || members.len() != n || c.c as usize >= d {
+        if round >= ESCALATE || members.len() != n || c.c as usize >= d {
             return everyone();
         }
         if self.scheme == Scheme::RsPaxos {

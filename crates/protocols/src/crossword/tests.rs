@@ -360,6 +360,27 @@ fn big(i: u64) -> String {
     format!("{i}:{}", "x".repeat(3000 + i as usize))
 }
 
+/// Puts `k1…k{count}` (values `value(i)`) through the elected leader, lets every replica
+/// execute them all (through gossip or fetches), crashes the leader and reads `k{probe}` from
+/// the next one.
+fn put_execute_fail_over_get(net: &mut Net, count: u64, value_of: impl Fn(u64) -> String, probe: u64) {
+    let l1 = elect(net);
+    for i in 1..=count {
+        net.request(l1, 1, i, put(&format!("k{i}"), &value_of(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_secs(1));
+    for n in 1..=5 {
+        assert_eq!(net.executed(n), net.executed(l1), "replica {n} executed every value");
+    }
+    net.crash(l1);
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("a new leader");
+    net.request(l2, 2, 1, get(&format!("k{probe}")));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&value_of(probe))));
+    net.assert_agreement();
+}
+
 #[test]
 fn followers_execute_through_gossip_and_a_new_leader_rebuilds_after_failover() {
     // c = 1, q = 5: every follower holds one shard of each value and must gossip.
@@ -386,21 +407,7 @@ fn followers_execute_through_gossip_and_a_new_leader_rebuilds_after_failover() {
 #[test]
 fn unbalanced_assignments_commit_execute_and_survive_failover() {
     let mut net = Net::with_params(5, build, params(&[("assign", "unbalanced"), ("gossip_gap", "0")]));
-    let l1 = elect(&mut net);
-    for i in 1..=20 {
-        net.request(l1, 1, i, put(&format!("k{i}"), &big(i * 50)));
-        assert_eq!(net.reply_for(1, i), Some(&DONE));
-    }
-    net.run_for(Duration::from_millis(500));
-    for n in 1..=5 {
-        assert_eq!(net.executed(n), net.executed(l1), "replica {n}");
-    }
-    net.crash(l1);
-    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("new leader");
-    net.request(l2, 2, 1, get("k17"));
-    net.run_for(Duration::from_millis(500));
-    assert_eq!(net.reply_for(2, 1), Some(&value(&big(17 * 50))));
-    net.assert_agreement();
+    put_execute_fail_over_get(&mut net, 20, |i| big(i * 50), 17);
     // config=rotate cycles through unbalanced assignments (what the checks run): each one
     // keeps C2, and a network running them stays live through a failover.
     let mut rot = codec(Scheme::Crossword, Mode::Rotate).with_unbalanced();
@@ -418,18 +425,7 @@ fn unbalanced_assignments_commit_execute_and_survive_failover() {
     }
     assert!(seen.len() >= 3, "several unbalanced assignments: {seen:?}");
     let rotating = params(&[("assign", "unbalanced"), ("config", "rotate"), ("gossip_gap", "0")]);
-    let mut net = Net::with_params(5, build, rotating);
-    let l1 = elect(&mut net);
-    for i in 1..=10 {
-        net.request(l1, 1, i, put(&format!("k{i}"), &big(i)));
-        assert_eq!(net.reply_for(1, i), Some(&DONE));
-    }
-    net.crash(l1);
-    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("new leader");
-    net.request(l2, 2, 1, get("k9"));
-    net.run_for(Duration::from_millis(500));
-    assert_eq!(net.reply_for(2, 1), Some(&value(&big(9))));
-    net.assert_agreement();
+    put_execute_fail_over_get(&mut Net::with_params(5, build, rotating), 10, big, 9);
     let setup =
         |options: &[(&str, &str)]| crate::registry::Setup { id: 1, members: MEMBERS.to_vec(), params: params(options) };
     assert!(build(&setup(&[("assign", "unbalanced"), ("config", "1")])).is_err());
@@ -475,22 +471,8 @@ fn fig2_two_failures_after_a_one_shard_commit() {
 
 #[test]
 fn rspaxos_followers_fetch_values_and_survive_one_failure() {
-    let mut net = Net::new(5, crate::rspaxos::build);
-    let l1 = elect(&mut net);
-    for i in 1..=5 {
-        net.request(l1, 1, i, put(&format!("k{i}"), &big(i)));
-        assert_eq!(net.reply_for(1, i), Some(&DONE));
-    }
-    net.run_for(Duration::from_secs(1));
-    for n in 1..=5 {
-        assert_eq!(net.executed(n), net.executed(l1), "replica {n} fetched every value");
-    }
-    net.crash(l1);
-    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("one failure is tolerated");
-    net.request(l2, 2, 1, get("k3"));
-    net.run_for(Duration::from_millis(500));
-    assert_eq!(net.reply_for(2, 1), Some(&value(&big(3))));
-    net.assert_agreement();
+    // One failure is tolerated; the followers fetched every value from the leader.
+    put_execute_fail_over_get(&mut Net::new(5, crate::rspaxos::build), 5, big, 3);
 }
 
 #[test]
