@@ -192,23 +192,38 @@ pub fn c2_holds(assignment: &Assignment, f: usize, d: usize, q: usize) -> bool {
     if q < f + 1 || q > assignment.servers() {
         return false;
     }
-    let k = q - f;
-    let mut chosen = Vec::with_capacity(k);
-    fn every_subset(a: &Assignment, start: usize, k: usize, d: usize, chosen: &mut Vec<usize>) -> bool {
+    weakest(assignment, q - f).is_none_or(|(_, covered)| covered >= d)
+}
+
+/// The set of `k` servers covering the fewest distinct shards, and that coverage (None when
+/// `k` is 0 or above the servers); the first such set in lexicographic order.
+pub fn weakest(assignment: &Assignment, k: usize) -> Option<(Vec<usize>, usize)> {
+    if k == 0 || k > assignment.servers() {
+        return None;
+    }
+    fn every_subset(
+        a: &Assignment,
+        start: usize,
+        k: usize,
+        chosen: &mut Vec<usize>,
+        worst: &mut Option<(Vec<usize>, usize)>,
+    ) {
         if chosen.len() == k {
-            return a.coverage(chosen) >= d;
+            let covered = a.coverage(chosen);
+            if worst.as_ref().is_none_or(|(_, w)| covered < *w) {
+                *worst = Some((chosen.clone(), covered));
+            }
+            return;
         }
         for s in start..a.servers() {
             chosen.push(s);
-            let ok = every_subset(a, s + 1, k, d, chosen);
+            every_subset(a, s + 1, k, chosen, worst);
             chosen.pop();
-            if !ok {
-                return false;
-            }
         }
-        true
     }
-    every_subset(assignment, 0, k, d, &mut chosen)
+    let mut worst = None;
+    every_subset(assignment, 0, k, &mut Vec::with_capacity(k), &mut worst);
+    worst
 }
 
 /// C1 and C4 (balanced round-robin, `d = f + 1`): `q ≥ f + 1` and `q + c ≥ 2f + 2`, which is

@@ -22,9 +22,12 @@ use crate::multipaxos::{MultiPaxos, Variant};
 use crate::registry::Setup;
 use synod_core::Protocol;
 
-/// Registry constructor (`config` is ignored: RSPaxos is always `c = 1`).
+/// Registry constructor (`config` is ignored: RSPaxos is always `c = 1`, balanced).
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
-    let (mode, gap) = parse(&setup.params)?;
+    let (mode, gap, unbalanced) = parse(&setup.params)?;
+    if unbalanced {
+        return Err("rspaxos: option assign=unbalanced is Crossword's (RSPaxos gives one shard each)".into());
+    }
     let codec = Box::new(RsCodec::new(Scheme::RsPaxos, mode, gap));
     Ok(Box::new(MultiPaxos::with_codec(setup, Variant::default(), "rspaxos", Box::new(NoLayer), codec)?))
 }

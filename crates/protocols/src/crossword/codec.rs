@@ -4,8 +4,10 @@
 //!
 //! * **§3.1–3.2 shards and assignment.** Per instance a configuration `(c, q)`: acceptor `i`
 //!   (its position among the sorted members) gets the `c` shards `i, …, i+c−1 (mod n)`
-//!   (balanced round-robin); with `c ≥ d` every acceptor gets the `d` data shards, a full
-//!   copy with no decoding. The leader keeps the data shards (its acceptance is complete).
+//!   (balanced round-robin); with `c ≥ d` every acceptor gets a full copy: a fresh batch
+//!   chosen at the full copy is sent as itself, uncoded, in one broadcast (MultiPaxos's
+//!   point costs no codec work), a re-proposed coded payload as its `d` data shards. The
+//!   leader keeps the data shards (its acceptance is complete).
 //! * **§3.3 availability.** Crossword's configurations lie on `q + c = n + 1` (C4) with a
 //!   majority electing a leader; RSPaxos fixes `c = 1` and compensates with larger quorums:
 //!   commit `q = ⌈(n + d)/2⌉`, elect `n + d − q`, so that any electing set meets any
@@ -22,10 +24,10 @@
 //! * **§3.5/§4.2 gossip.** A follower completes a committed slot by asking the peers whose
 //!   assigned shards cover what it lacks, starting after itself and skipping the leader
 //!   (asked last), for exactly those shards; RSPaxos followers ask the leader for the data
-//!   shards instead (it has no gossip). After two fruitless cycles everyone is asked for
-//!   everything missing.
+//!   shards instead (it has no gossip). After `ESCALATE` fruitless cycles everyone is
+//!   asked for everything missing.
 
-use super::chooser::Chooser;
+use super::chooser::{grow_unbalanced, Chooser};
 use crate::layers::codec::{Ask, PayloadCodec, Pieces, Proposal, Recovered};
 use crate::multipaxos::{AcceptedSlot, Batch, Coded, Value};
 use bytes::Bytes;
@@ -38,6 +40,14 @@ use synod_core::{Ballot, NodeId, Time};
 
 /// The deferral gap's default (§4.2: 400 KB).
 pub const DEFAULT_GAP: usize = 400_000;
+
+/// Fetch cycles a slot stays incomplete before everyone is asked for everything missing.
+/// Not sooner: on a saturated network the planned peers' answers take several cycles, and
+/// asking everyone (the leader and the followers holding pooled copies answer with every
+/// shard they have) multiplies the bytes each slot costs — the flood that kept Crossword's
+/// followers' NICs full and its leader's heartbeats late in the shaped Fig. 6 runs. A peer
+/// silent for `SILENT_AFTER` cycles is already routed around by the plan itself.
+const ESCALATE: u32 = 10;
 
 /// How the configuration of each instance is picked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +79,8 @@ pub struct RsCodec {
     /// C4 while C1 still holds).
     short_quorum: bool,
     chooser: Chooser,
+    /// §5.4: the adaptive chooser may give each follower its own shard count.
+    unbalanced: bool,
     rotate: usize,
     /// Instances proposed per configuration `c` (status).
     chosen: BTreeMap<usize, u64>,
@@ -82,9 +94,16 @@ impl RsCodec {
             gap,
             short_quorum: false,
             chooser: Chooser::default(),
+            unbalanced: false,
             rotate: 0,
             chosen: BTreeMap::new(),
         }
+    }
+
+    /// §5.4: let the adaptive chooser pick per-follower shard counts (`assign=unbalanced`).
+    pub fn with_unbalanced(mut self) -> RsCodec {
+        self.unbalanced = true;
+        self
     }
 
     /// The mutant that commits with `q − 1` acceptances.
@@ -105,22 +124,52 @@ impl RsCodec {
         (n + d).div_ceil(2)
     }
 
-    /// The configuration `(c, q)` for a new instance of `bytes` payload bytes.
-    fn configure(&mut self, now: Time, bytes: usize, members: &[NodeId], me: NodeId) -> (usize, usize) {
+    /// The configuration `(c, q, counts)` for a new instance of `bytes` payload bytes:
+    /// `counts` the per-member shard counts of an unbalanced assignment (§5.4; `c` then the
+    /// smallest follower count), empty for balanced round-robin.
+    fn configure(&mut self, now: Time, bytes: usize, members: &[NodeId], me: NodeId) -> (usize, usize, Vec<u16>) {
         let n = members.len();
         let d = (n - 1) / 2 + 1;
         let followers: Vec<NodeId> = members.iter().copied().filter(|m| *m != me).collect();
         let full = (d, n + 1 - d);
+        let mut counts = Vec::new();
         let (c, q) = match (self.scheme, self.mode) {
             (Scheme::RsPaxos, _) => (1, Self::rspaxos_quorum(n)),
             (Scheme::Crossword, Mode::Fixed(c)) => {
                 let c = c.clamp(1, d);
                 (c, n + 1 - c)
             }
+            (Scheme::Crossword, Mode::Rotate) if self.unbalanced => {
+                // Every quorum above the majority, with the weakest sets grown from a
+                // rotating member: one unbalanced assignment after another (the checks).
+                self.rotate += 1;
+                let q = d + 1 + self.rotate % (n - d);
+                let leader = members.iter().position(|m| *m == me).unwrap_or(0);
+                let start = self.rotate / (n - d);
+                let each = grow_unbalanced(n, d, leader, q, |_, p| (((p + n - start % n) % n) as f64, 0.0));
+                match each {
+                    Some(each) => {
+                        let c;
+                        (c, counts) = Self::per_follower(&each, members, me, d);
+                        (c, q)
+                    }
+                    None => full,
+                }
+            }
             (Scheme::Crossword, Mode::Rotate) => {
                 let all = boundary_configs(n);
                 self.rotate = (self.rotate + 1) % all.len();
                 all[self.rotate]
+            }
+            (Scheme::Crossword, Mode::Adaptive) if self.unbalanced => {
+                match self.chooser.choose_unbalanced(now, bytes, d, members, me) {
+                    Some((each, q)) => {
+                        let c;
+                        (c, counts) = Self::per_follower(&each, members, me, d);
+                        (c, q)
+                    }
+                    None => full,
+                }
             }
             (Scheme::Crossword, Mode::Adaptive) => {
                 self.chooser.choose(now, bytes, d, &followers, &boundary_configs(n), full)
@@ -129,17 +178,35 @@ impl RsCodec {
         // §4.3, for the fixed and rotating modes too: a quorum larger than the followers
         // heard from lately (plus the leader) would stall; fall back to the full copy.
         let (c, q) = if self.scheme == Scheme::Crossword && q > 1 + self.chooser.healthy(now, &followers) {
+            counts.clear();
             full
         } else {
             (c, q)
         };
-        *self.chosen.entry(c).or_default() += 1;
-        // The mutant breaks C4 only (q + c = n), never C1: coded configurations only.
-        (c, if self.short_quorum && c < d { q - 1 } else { q })
+        *self.chosen.entry(if counts.is_empty() { c } else { 0 }).or_default() += 1;
+        // The mutant breaks C4 only (q + c = n), never C1: balanced coded configurations only.
+        let short = self.short_quorum && c < d && counts.is_empty();
+        (c, if short { q - 1 } else { q }, counts)
     }
 
-    /// The shards acceptor `pos` is assigned under `c` (data shards when `c ≥ d`).
-    fn assigned(n: usize, d: usize, c: usize, pos: usize) -> Vec<usize> {
+    /// Per-member counts as a configuration: the smallest follower count (at most `d`) and
+    /// the counts, or none where the followers' counts are equal (balanced, or the full copy).
+    fn per_follower(each: &[usize], members: &[NodeId], me: NodeId, d: usize) -> (usize, Vec<u16>) {
+        let theirs: Vec<usize> = members.iter().zip(each).filter(|(m, _)| **m != me).map(|(_, k)| *k).collect();
+        let c = theirs.iter().copied().min().unwrap_or(d).min(d);
+        let counts =
+            if theirs.iter().any(|k| *k != theirs[0]) { each.iter().map(|k| *k as u16).collect() } else { Vec::new() };
+        (c, counts)
+    }
+
+    /// The shards acceptor `pos` is assigned: its arc of an unbalanced assignment (`counts`
+    /// by position, §5.4), else its `c` shards of balanced round-robin (data shards when
+    /// `c ≥ d`). Nothing for a position outside `counts` (a malformed piece).
+    fn assigned(n: usize, d: usize, c: usize, counts: &[u16], pos: usize) -> Vec<usize> {
+        if !counts.is_empty() {
+            let each: Vec<usize> = counts.iter().map(|k| *k as usize).collect();
+            return if pos < each.len() { Assignment::unbalanced(n, &each).of(pos).to_vec() } else { Vec::new() };
+        }
         if c >= d {
             (0..d).collect()
         } else {
@@ -177,7 +244,7 @@ impl RsCodec {
 
 impl PayloadCodec for RsCodec {
     fn options(&self) -> &'static [&'static str] {
-        &["config", "gossip_gap"]
+        &["config", "gossip_gap", "assign"]
     }
 
     fn prepare_quorum(&self, n: usize) -> usize {
@@ -200,11 +267,28 @@ impl PayloadCodec for RsCodec {
         me: NodeId,
     ) -> Proposal {
         let n = members.len();
+        // The configuration, when chosen before coding (a fresh Crossword batch).
+        let mut preset = None;
         // A fresh batch gets this ballot as its origin; a recovered one keeps its identity.
         let (origin, payload, cmds, code) = match value {
             Value::Cmds(batch) if n >= 3 => {
                 let cmds = batch.len() as u32;
-                (ballot, encode(&batch), cmds, Self::code(n))
+                let payload = encode(&batch);
+                if self.scheme == Scheme::Crossword {
+                    // The full copy (c ≥ d, a majority: MultiPaxos's point) needs no code:
+                    // the batch itself goes to everyone in one broadcast, and nobody
+                    // decodes it (small values pay no codec work, §5.1).
+                    let (c, quorum, counts) = self.configure(now, payload.len(), members, me);
+                    let d = (n - 1) / 2 + 1;
+                    if c >= d {
+                        let sizes = members.iter().filter(|m| **m != me).map(|m| (*m, payload.len())).collect();
+                        self.chooser.on_send(now, slot, sizes);
+                        let v = Value::Cmds(batch);
+                        return Proposal { own: v.clone(), pieces: Pieces::Same(v), quorum };
+                    }
+                    preset = Some((c, quorum, counts));
+                }
+                (ballot, payload, cmds, Self::code(n))
             }
             Value::Coded(c) => match Self::rebuild(&c) {
                 Some(p) => (c.origin, p, c.cmds, Code::new(c.n as usize, c.d as usize).ok()),
@@ -224,18 +308,19 @@ impl PayloadCodec for RsCodec {
             let v = Value::Cmds(decode(&payload).unwrap_or_default());
             return Proposal { own: v.clone(), pieces: Pieces::Same(v), quorum: majority(n) };
         };
-        let (c, quorum) = if code.n == n {
-            self.configure(now, payload.len(), members, me)
+        let (c, quorum, counts) = if code.n == n {
+            preset.unwrap_or_else(|| self.configure(now, payload.len(), members, me))
         } else {
             // A payload coded for another membership: full pieces, a majority (C4 holds for
             // any q with c = d).
-            (code.d, majority(n))
+            (code.d, majority(n), Vec::new())
         };
         let piece = |mut held: Vec<usize>| Coded {
             origin,
             n: code.n as u16,
             d: code.d as u16,
             c: c as u16,
+            counts: counts.clone(),
             len: payload.len() as u32,
             cmds,
             shards: {
@@ -250,7 +335,7 @@ impl PayloadCodec for RsCodec {
             if *m == me {
                 continue;
             }
-            let p = if code.n == n { piece(Self::assigned(n, code.d, c, pos)) } else { own.clone() };
+            let p = if code.n == n { piece(Self::assigned(n, code.d, c, &counts, pos)) } else { own.clone() };
             sizes.push((*m, p.bytes()));
             each.push((*m, Value::Coded(p)));
         }
@@ -268,7 +353,7 @@ impl PayloadCodec for RsCodec {
         let Some(all) = Self::rebuild(c).and_then(|p| Code::new(n, d).ok()?.encode(&p).ok()) else {
             return own.clone();
         };
-        let mut held = Self::assigned(n, d, c.c as usize, pos);
+        let mut held = Self::assigned(n, d, c.c as usize, &c.counts, pos);
         held.sort_unstable();
         let shards = held.into_iter().map(|i| (i as u16, all[i].clone())).collect();
         Value::Coded(Coded { shards, ..c.clone() })
@@ -377,7 +462,7 @@ impl PayloadCodec for RsCodec {
         let everyone = || -> Vec<Ask> {
             members.iter().filter(|m| **m != me).map(|m| Ask { peer: *m, parts: missing.clone() }).collect()
         };
-        if round >= 2 || members.len() != n || c.c as usize >= d {
+        if round >= ESCALATE || members.len() != n || c.c as usize >= d {
             return everyone();
         }
         if self.scheme == Scheme::RsPaxos {
@@ -399,8 +484,11 @@ impl PayloadCodec for RsCodec {
             if expected.len() >= d {
                 break;
             }
-            let assigned =
-                if Some(members[pos]) == leader { (0..d).collect() } else { Self::assigned(n, d, c.c as usize, pos) };
+            let assigned = if Some(members[pos]) == leader {
+                (0..d).collect()
+            } else {
+                Self::assigned(n, d, c.c as usize, &c.counts, pos)
+            };
             let parts: Vec<u16> = assigned.into_iter().filter(|i| expected.insert(*i)).map(|i| i as u16).collect();
             if !parts.is_empty() {
                 asks.push(Ask { peer: members[pos], parts });
@@ -416,7 +504,12 @@ impl PayloadCodec for RsCodec {
     }
 
     fn status(&self, extra: &mut BTreeMap<String, String>) {
-        let configs: Vec<String> = self.chosen.iter().map(|(c, k)| format!("c{c}:{k}")).collect();
+        // Key 0: unbalanced assignments (§5.4).
+        let configs: Vec<String> = self
+            .chosen
+            .iter()
+            .map(|(c, k)| if *c == 0 { format!("unbalanced:{k}") } else { format!("c{c}:{k}") })
+            .collect();
         extra.insert("coded_instances".into(), configs.join(","));
     }
 }

@@ -28,9 +28,12 @@
 //! Shards are what acceptors persist (`Record::Accept` with a `Value::Coded` piece);
 //! snapshots, compaction and restart from the WAL are the core's.
 //!
-//! Not yet: read leases (reads go through the log, as in MultiPaxos), unbalanced
-//! assignments (§5.4; `synod_core::erasure::Assignment::unbalanced` exists), heartbeat
-//! replies as zero-size samples (only Accept rounds feed the models).
+//! 7. **§5.4 unbalanced assignments** (`assign=unbalanced`) — the chooser gives each
+//!    follower its own shard count (consecutive arcs, `erasure::Assignment::unbalanced`),
+//!    growing the counts of the weakest sets until C2 holds by enumeration, per quorum size,
+//!    and keeps the fastest estimate (`Chooser::choose_unbalanced`).
+//!
+//! Not yet: heartbeat replies as zero-size samples (only Accept rounds feed the models).
 
 mod chooser;
 mod codec;
@@ -43,8 +46,10 @@ use crate::multipaxos::{MultiPaxos, Variant};
 use crate::registry::Setup;
 use synod_core::{Protocol, ProtocolParams};
 
-/// `config` (adaptive | rotate | c) and `gossip_gap` (bytes, or `off`: only once the log stops growing).
-pub(crate) fn parse(params: &ProtocolParams) -> Result<(Mode, usize), String> {
+/// `config` (adaptive | rotate | c), `gossip_gap` (bytes, or `off`: only once the log stops
+/// growing) and `assign` (balanced | unbalanced: §5.4, per-follower shard counts, chosen by
+/// the models or, with `config=rotate`, cycled through for the checks).
+pub(crate) fn parse(params: &ProtocolParams) -> Result<(Mode, usize, bool), String> {
     let mode = match params.options.get("config").map(String::as_str) {
         None | Some("adaptive") => Mode::Adaptive,
         Some("rotate") => Mode::Rotate,
@@ -62,13 +67,22 @@ pub(crate) fn parse(params: &ProtocolParams) -> Result<(Mode, usize), String> {
         Some("off") => usize::MAX,
         Some(g) => g.parse().map_err(|_| format!("option gossip_gap: expected bytes, got {g:?}"))?,
     };
-    Ok((mode, gap))
+    let unbalanced = match params.options.get("assign").map(String::as_str) {
+        None | Some("balanced") => false,
+        Some("unbalanced") if matches!(mode, Mode::Fixed(_)) => {
+            return Err("option assign=unbalanced needs config=adaptive or config=rotate".into())
+        }
+        Some("unbalanced") => true,
+        Some(a) => return Err(format!("option assign: expected balanced or unbalanced, got {a:?}")),
+    };
+    Ok((mode, gap, unbalanced))
 }
 
 /// Registry constructor.
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
-    let (mode, gap) = parse(&setup.params)?;
-    let codec = Box::new(RsCodec::new(Scheme::Crossword, mode, gap));
+    let (mode, gap, unbalanced) = parse(&setup.params)?;
+    let codec = RsCodec::new(Scheme::Crossword, mode, gap);
+    let codec = Box::new(if unbalanced { codec.with_unbalanced() } else { codec });
     Ok(Box::new(MultiPaxos::with_codec(setup, Variant::default(), "crossword", Box::new(NoLayer), codec)?))
 }
 
@@ -82,7 +96,7 @@ pub(crate) mod mutants {
     /// 1 — the paper's Fig. 2. After the leader fails, the majority that elects the next one
     /// may hold fewer than `d` shards of a committed value, which is then lost.
     pub fn build_short_quorum(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
-        let (_, gap) = parse(&setup.params)?;
+        let (_, gap, _) = parse(&setup.params)?;
         let codec = Box::new(RsCodec::new(Scheme::Crossword, Mode::Fixed(1), gap).with_short_quorum());
         Ok(Box::new(MultiPaxos::with_codec(
             setup,

@@ -5,6 +5,7 @@ use super::*;
 use crate::layers::codec::{PayloadCodec, Pieces, Recovered};
 use crate::multipaxos::{AcceptedSlot, Value};
 use crate::testnet::{get, put, value, Net, DONE};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use synod_core::{Ballot, Command, NodeId, Op, Time};
 
@@ -112,6 +113,66 @@ fn chooser_excludes_quorums_the_healthy_followers_cannot_form() {
     assert_eq!(ch.choose(ms(10_000), 1_000_000, 3, &[2, 3, 4, 5], &cands, (3, 3)), (3, 3));
 }
 
+/// Models as a leader's NIC shows them: each probe sent to one follower alone, its answer
+/// `delay + size / bandwidth` later.
+fn trained_alone(links: &[(NodeId, f64, f64)]) -> Chooser {
+    let mut ch = Chooser::default();
+    let mut slot = 0;
+    for round in 0..20u64 {
+        for size in [1_000usize, 200_000] {
+            for (p, delay, bw) in links {
+                slot += 1;
+                let at = ms(round * 50);
+                ch.on_send(at, slot, vec![(*p, size)]);
+                ch.on_ack(at + Duration::from_secs_f64(delay + size as f64 / bw), *p, slot);
+            }
+        }
+    }
+    ch
+}
+
+/// The chooser's estimate for `counts` and `q`: the pieces leave one after another in member
+/// order, each follower's line taken at the bytes sent up to its piece.
+fn estimate(ch: &Chooser, counts: &[usize], q: usize, shard: f64) -> f64 {
+    let mut ahead = 0.0;
+    let mut t: Vec<f64> = (1..5)
+        .map(|p| {
+            ahead += counts[p] as f64 * shard;
+            ch.model(MEMBERS[p]).unwrap().estimate(ahead)
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[q - 2]
+}
+
+#[test]
+fn unbalanced_chooser_beats_every_balanced_configuration_with_a_straggler_and_keeps_c2() {
+    // Followers 2, 3, 4 at 10 MB/s, 5 a straggler at 0.1 MB/s; the leader 1 at position 0.
+    // Balanced, the best is 200 ms (the full copy to 2 and 3, or two shards to 2, 3, 4).
+    // Unbalanced, 4 takes one shard and the straggler, never waited for and sent to last,
+    // takes the shards that keep C2: 2, 2, 1, 3 commits with 2, 3, 4 in ~167 ms.
+    let links = [(2, 0.001, 10e6), (3, 0.001, 10e6), (4, 0.001, 10e6), (5, 0.001, 0.1e6)];
+    let mut ch = trained_alone(&links);
+    let (counts, q) = ch.choose_unbalanced(ms(1_000), 1_000_000, 3, &MEMBERS, 1).expect("models");
+    let a = synod_core::erasure::Assignment::unbalanced(5, &counts);
+    assert!(synod_core::erasure::c2_holds(&a, 2, 3, q), "{counts:?} q={q}");
+    assert_eq!((counts.as_slice(), q), (&[5, 2, 2, 1, 3][..], 4));
+    let shard = 1_000_000.0 / 3.0;
+    let unbalanced = estimate(&ch, &counts, q, shard);
+    for (c, bq) in synod_core::erasure::boundary_configs(5) {
+        let balanced = estimate(&ch, &[5, c, c, c, c], bq, shard);
+        assert!(unbalanced < 0.9 * balanced, "c={c} q={bq}: {balanced} vs {counts:?} q={q}: {unbalanced}");
+    }
+    // Symmetric followers: nothing to gain, a balanced configuration comes back.
+    let even = [(2, 0.001, 10e6), (3, 0.001, 10e6), (4, 0.001, 10e6), (5, 0.001, 10e6)];
+    let (counts, _) = trained_alone(&even).choose_unbalanced(ms(1_000), 1_000_000, 3, &MEMBERS, 1).unwrap();
+    assert!(counts[1..].iter().all(|k| *k == counts[1]), "{counts:?}");
+    // Small values: every follower a full copy, the majority.
+    assert_eq!(ch.choose_unbalanced(ms(1_000), 8, 3, &MEMBERS, 1), Some((vec![5, 3, 3, 3, 3], 3)));
+    // No models: nothing to choose from.
+    assert_eq!(Chooser::default().choose_unbalanced(ms(0), 1_000_000, 3, &MEMBERS, 1), None);
+}
+
 // ----- §3.1–3.3, §3.6 the codec ---------------------------------------------------------------
 
 fn pieces(p: &crate::layers::codec::Proposal) -> Vec<(NodeId, Value)> {
@@ -129,11 +190,17 @@ fn each_acceptor_gets_its_round_robin_shards_and_the_boundary_quorum() {
         assert_eq!(p.quorum, 6 - c, "q + c = n + 1");
         assert!(codec.complete(&p.own));
         assert_eq!(codec.payload(&p.own).unwrap().into_owned(), batch(3000, 7));
+        if c >= 3 {
+            // The full copy: the batch itself, one broadcast, nothing coded.
+            assert_eq!(p.pieces, Pieces::Same(batch(3000, 7)));
+            assert_eq!(p.own, batch(3000, 7));
+            continue;
+        }
         for (to, v) in pieces(&p) {
             let Value::Coded(piece) = v else { panic!("coded") };
             let idx: Vec<u16> = piece.shards.iter().map(|(i, _)| *i).collect();
             let pos = (to - 1) as u16;
-            let want: Vec<u16> = if c >= 3 { vec![0, 1, 2] } else { (0..c as u16).map(|k| (pos + k) % 5).collect() };
+            let want: Vec<u16> = (0..c as u16).map(|k| (pos + k) % 5).collect();
             let mut sorted = want.clone();
             sorted.sort();
             assert_eq!(idx, sorted, "c={c} to={to}");
@@ -206,6 +273,59 @@ fn acceptors_pool_shards_of_one_payload_across_ballots() {
 }
 
 #[test]
+fn unbalanced_pieces_follow_their_counts_and_rebuild_through_gossip() {
+    // Trained on asymmetric links, a 300 KB batch gets an unbalanced assignment.
+    // Trained on a straggler (follower 5), as a leader's NIC would show it: each piece
+    // answered after the bytes sent up to it in this round.
+    let mut codec = RsCodec::new(Scheme::Crossword, Mode::Adaptive, DEFAULT_GAP).with_unbalanced();
+    let mut slot = 0;
+    for round in 0..20u64 {
+        for size in [1_000usize, 200_000] {
+            slot += 1;
+            let at = ms(round * 50);
+            let p = codec.encode(at, slot, Ballot::new(1, 1), batch(size, 1), &MEMBERS, 1);
+            assert!(p.quorum >= 3);
+            let mut ahead = 0.0;
+            for ((peer, v), bw) in pieces(&p).into_iter().filter(|(m, _)| *m != 1).zip([10e6, 10e6, 10e6, 0.1e6]) {
+                ahead += match v {
+                    Value::Coded(c) => c.bytes() as f64,
+                    _ => size as f64,
+                };
+                codec.on_accepted(at + Duration::from_secs_f64(0.001 + ahead / bw), peer, slot);
+            }
+        }
+    }
+    let p = codec.encode(ms(1_000), 99, Ballot::new(1, 1), batch(300_000, 5), &MEMBERS, 1);
+    let each = pieces(&p);
+    let Value::Coded(first) = &each[0].1 else { panic!("coded") };
+    assert!(!first.counts.is_empty(), "an unbalanced assignment was chosen");
+    let counts: Vec<usize> = first.counts.iter().map(|k| *k as usize).collect();
+    let a = synod_core::erasure::Assignment::unbalanced(5, &counts);
+    assert!(synod_core::erasure::c2_holds(&a, 2, 3, p.quorum));
+    for (to, v) in &each {
+        let Value::Coded(piece) = v else { panic!("coded") };
+        let idx: Vec<usize> = piece.shards.iter().map(|(i, _)| *i as usize).collect();
+        let mut want = a.of((*to - 1) as usize).to_vec();
+        want.sort();
+        assert_eq!(idx, want, "to={to}");
+        assert_eq!(codec.piece_for(&p.own, &MEMBERS, *to), v.clone());
+    }
+    // The slowest follower (5) completes its slot from the peers its plan names.
+    let mine = each[3].1.clone();
+    let plan = codec.fill_plan(&mine, &MEMBERS, 5, Some(1), 0, &|_| false);
+    let mut held = mine;
+    for ask in &plan {
+        let theirs = &each[(ask.peer - 2) as usize].1;
+        held = codec.pool(&held, &codec.share(theirs, &ask.parts).unwrap()).unwrap();
+    }
+    assert!(plan.iter().all(|a| a.peer != 1), "the leader is not asked: {plan:?}");
+    assert_eq!(codec.payload(&held).unwrap().into_owned(), batch(300_000, 5));
+    let mut extra = BTreeMap::new();
+    codec.status(&mut extra);
+    assert!(extra["coded_instances"].contains("unbalanced:"), "{extra:?}");
+}
+
+#[test]
 fn gossip_asks_the_peers_assigned_the_missing_shards_leader_last() {
     let mut codec = codec(Scheme::Crossword, Mode::Fixed(1));
     let p = codec.encode(ms(1_000), 1, Ballot::new(1, 1), batch(900, 1), &MEMBERS, 1);
@@ -240,6 +360,27 @@ fn big(i: u64) -> String {
     format!("{i}:{}", "x".repeat(3000 + i as usize))
 }
 
+/// Puts `k1…k{count}` (values `value(i)`) through the elected leader, lets every replica
+/// execute them all (through gossip or fetches), crashes the leader and reads `k{probe}` from
+/// the next one.
+fn put_execute_fail_over_get(net: &mut Net, count: u64, value_of: impl Fn(u64) -> String, probe: u64) {
+    let l1 = elect(net);
+    for i in 1..=count {
+        net.request(l1, 1, i, put(&format!("k{i}"), &value_of(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_secs(1));
+    for n in 1..=5 {
+        assert_eq!(net.executed(n), net.executed(l1), "replica {n} executed every value");
+    }
+    net.crash(l1);
+    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("a new leader");
+    net.request(l2, 2, 1, get(&format!("k{probe}")));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(2, 1), Some(&value(&value_of(probe))));
+    net.assert_agreement();
+}
+
 #[test]
 fn followers_execute_through_gossip_and_a_new_leader_rebuilds_after_failover() {
     // c = 1, q = 5: every follower holds one shard of each value and must gossip.
@@ -261,6 +402,35 @@ fn followers_execute_through_gossip_and_a_new_leader_rebuilds_after_failover() {
     net.run_for(Duration::from_millis(500));
     assert_eq!(net.reply_for(2, 1), Some(&value(&big(7))));
     net.assert_agreement();
+}
+
+#[test]
+fn unbalanced_assignments_commit_execute_and_survive_failover() {
+    let mut net = Net::with_params(5, build, params(&[("assign", "unbalanced"), ("gossip_gap", "0")]));
+    put_execute_fail_over_get(&mut net, 20, |i| big(i * 50), 17);
+    // config=rotate cycles through unbalanced assignments (what the checks run): each one
+    // keeps C2, and a network running them stays live through a failover.
+    let mut rot = codec(Scheme::Crossword, Mode::Rotate).with_unbalanced();
+    let mut seen = std::collections::BTreeSet::new();
+    for slot in 0..12 {
+        let p = rot.encode(ms(1_000), slot, Ballot::new(1, 1), batch(3000, 1), &MEMBERS, 1);
+        if let Some((_, Value::Coded(c))) = pieces(&p).into_iter().find(|(m, _)| *m != 1) {
+            let counts: Vec<usize> = c.counts.iter().map(|k| *k as usize).collect();
+            if !counts.is_empty() {
+                let a = synod_core::erasure::Assignment::unbalanced(5, &counts);
+                assert!(synod_core::erasure::c2_holds(&a, 2, 3, p.quorum), "{counts:?} q={}", p.quorum);
+                seen.insert((counts, p.quorum));
+            }
+        }
+    }
+    assert!(seen.len() >= 3, "several unbalanced assignments: {seen:?}");
+    let rotating = params(&[("assign", "unbalanced"), ("config", "rotate"), ("gossip_gap", "0")]);
+    put_execute_fail_over_get(&mut Net::with_params(5, build, rotating), 10, big, 9);
+    let setup =
+        |options: &[(&str, &str)]| crate::registry::Setup { id: 1, members: MEMBERS.to_vec(), params: params(options) };
+    assert!(build(&setup(&[("assign", "unbalanced"), ("config", "1")])).is_err());
+    assert!(build(&setup(&[("assign", "sideways")])).is_err());
+    assert!(crate::rspaxos::build(&setup(&[("assign", "unbalanced")])).is_err());
 }
 
 #[test]
@@ -301,22 +471,8 @@ fn fig2_two_failures_after_a_one_shard_commit() {
 
 #[test]
 fn rspaxos_followers_fetch_values_and_survive_one_failure() {
-    let mut net = Net::new(5, crate::rspaxos::build);
-    let l1 = elect(&mut net);
-    for i in 1..=5 {
-        net.request(l1, 1, i, put(&format!("k{i}"), &big(i)));
-        assert_eq!(net.reply_for(1, i), Some(&DONE));
-    }
-    net.run_for(Duration::from_secs(1));
-    for n in 1..=5 {
-        assert_eq!(net.executed(n), net.executed(l1), "replica {n} fetched every value");
-    }
-    net.crash(l1);
-    let (l2, _) = net.await_leader(Duration::from_secs(5)).expect("one failure is tolerated");
-    net.request(l2, 2, 1, get("k3"));
-    net.run_for(Duration::from_millis(500));
-    assert_eq!(net.reply_for(2, 1), Some(&value(&big(3))));
-    net.assert_agreement();
+    // One failure is tolerated; the followers fetched every value from the leader.
+    put_execute_fail_over_get(&mut Net::new(5, crate::rspaxos::build), 5, big, 3);
 }
 
 #[test]

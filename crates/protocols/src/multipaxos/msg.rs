@@ -40,6 +40,11 @@ pub struct Coded {
     /// Shards per acceptor in the proposal the piece came from (balanced round-robin,
     /// §3.2; `c ≥ d` = the data shards to everyone): where peers' shards are, for gossip.
     pub c: u16,
+    /// An unbalanced assignment (§5.4): the shards each acceptor (by position among the
+    /// members) was assigned, as consecutive counts from shard 0 (`erasure::Assignment::
+    /// unbalanced`; the proposer's own entry is `n`, it keeps the data shards); empty for
+    /// balanced round-robin with `c`. `c` is then the smallest follower count.
+    pub counts: Vec<u16>,
     /// Encoded batch length in bytes.
     pub len: u32,
     /// Commands in the batch.
