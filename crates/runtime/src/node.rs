@@ -57,7 +57,12 @@ impl Clock {
     }
 
     pub fn now(&self) -> Time {
-        let t = self.base_nanos + self.base.elapsed().as_nanos() as u64;
+        self.at(Instant::now())
+    }
+
+    /// The replica's time at instant `t` (an instant already read spares a clock read).
+    pub fn at(&self, t: Instant) -> Time {
+        let t = self.base_nanos + t.saturating_duration_since(self.base).as_nanos() as u64;
         Time(t.saturating_add_signed(self.offset_nanos.load(Ordering::Relaxed)))
     }
 
@@ -320,12 +325,13 @@ impl Driver {
         let mut actions = Vec::new();
         let mut n = 0u64;
         let started = Instant::now();
-        // One clock read per event: the end of one event is the start of the next.
+        // One clock read per event: the end of one event is the start of the next, and the
+        // time the protocol reads.
         let mut event_started = started;
         for event in events {
             n += 1;
             let kind = event_kind(&event);
-            let mut ctx = Ctx::new(self.id, self.clock.now(), &mut self.rng, &mut actions);
+            let mut ctx = Ctx::new(self.id, self.clock.at(event_started), &mut self.rng, &mut actions);
             ctx.load.queued_requests = queued;
             self.protocol.on_event(&mut ctx, event);
             for a in actions.drain(..) {
