@@ -41,11 +41,7 @@ pids+=("$bench")
 sleep 9 # the load phase and the warm-up
 
 declare -A pid role
-for i in 1 2 3; do
-  pid[$i]=$(pgrep -P "$cluster" -f "node$i.toml" | head -1)
-  role[$i]=$(curl -s "127.0.0.1:$((bp + 200 + i))/status" |
-    python3 -c 'import json,sys; s=json.load(sys.stdin); print("leader" if s.get("leader")==s.get("id") else "follower")')
-done
+for i in 1 2 3; do pid[$i]=$(pgrep -P "$cluster" -f "node$i.toml" | head -1); done
 requests() {
   local total=0 v
   for i in 1 2 3; do
@@ -70,6 +66,11 @@ r1=$(requests)
 for i in 1 2 3; do t1[$i]=$(ticks "${pid[$i]}"); done
 b1=$(ticks "$bench")
 ops=$((r1 - r0))
+# Roles as of the end of the window (a loaded machine may elect late).
+for i in 1 2 3; do
+  role[$i]=$(curl -s "127.0.0.1:$((bp + 200 + i))/status" |
+    python3 -c 'import json,sys; s=json.load(sys.stdin); print("leader" if s.get("leader")==s.get("id") else "follower")')
+done
 hz=$(getconf CLK_TCK)
 echo "$(date -u '+%F %H:%M UTC') binary $bin; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "operations in the 6 s window: $ops ($((ops / 6))/s)"
