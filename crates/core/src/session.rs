@@ -227,7 +227,12 @@ impl StateMachine {
 
     /// Serialize the whole state (KV + sessions) for a snapshot.
     pub fn snapshot(&self) -> Vec<u8> {
-        postcard::to_allocvec(self).expect("state machine serializes")
+        // Sized up front: grown by doubling, a snapshot of a few MB costs several reallocs,
+        // each a copy into freshly faulted-in pages (most of the snapshot thread's time in a
+        // profile, docs/performance.md). Keys and values plus a few bytes of framing each;
+        // sessions hold at most a reply each. A low estimate only means a realloc.
+        let estimate = self.kv.size_bytes() + 16 * self.kv.len() + 1024 * self.sessions.len() + 64;
+        postcard::to_extend(self, Vec::with_capacity(estimate)).expect("state machine serializes")
     }
 
     /// Replace the state with a snapshot produced by [`StateMachine::snapshot`].

@@ -57,7 +57,12 @@ impl Clock {
     }
 
     pub fn now(&self) -> Time {
-        let t = self.base_nanos + self.base.elapsed().as_nanos() as u64;
+        self.at(Instant::now())
+    }
+
+    /// The replica's time at instant `t` (an instant already read spares a clock read).
+    pub fn at(&self, t: Instant) -> Time {
+        let t = self.base_nanos + t.saturating_duration_since(self.base).as_nanos() as u64;
         Time(t.saturating_add_signed(self.offset_nanos.load(Ordering::Relaxed)))
     }
 
@@ -118,6 +123,8 @@ pub struct Driver {
     clients: HashMap<u64, mpsc::Sender<ServerMsg>>,
     /// Events the replica generated for itself; handled at the start of the next turn.
     internal: VecDeque<Event>,
+    /// The thread that serializes snapshots.
+    snapshot_worker: Worker,
     /// Snapshots serialized on blocking threads come back here as `SnapshotTaken` events.
     snapshots_tx: mpsc::UnboundedSender<Event>,
     snapshots_rx: mpsc::UnboundedReceiver<Event>,
@@ -181,6 +188,7 @@ impl Driver {
             peers,
             clients: HashMap::new(),
             internal: VecDeque::new(),
+            snapshot_worker: Worker::new("synod-snapshot"),
             snapshots_tx,
             snapshots_rx,
             compacting: HashMap::new(),
@@ -317,12 +325,13 @@ impl Driver {
         let mut actions = Vec::new();
         let mut n = 0u64;
         let started = Instant::now();
-        // One clock read per event: the end of one event is the start of the next.
+        // One clock read per event: the end of one event is the start of the next, and the
+        // time the protocol reads.
         let mut event_started = started;
         for event in events {
             n += 1;
             let kind = event_kind(&event);
-            let mut ctx = Ctx::new(self.id, self.clock.now(), &mut self.rng, &mut actions);
+            let mut ctx = Ctx::new(self.id, self.clock.at(event_started), &mut self.rng, &mut actions);
             ctx.load.queued_requests = queued;
             self.protocol.on_event(&mut ctx, event);
             for a in actions.drain(..) {
@@ -427,9 +436,6 @@ impl Driver {
                 self.metrics.snapshot_pause_seconds.record(started.elapsed().as_secs_f64());
                 let (tx, metrics) = (self.snapshots_tx.clone(), self.metrics.clone());
                 let serialize = move || {
-                    // Background work: on a machine with few cores, the replica's own threads
-                    // (node loop, network) should win the CPU over it.
-                    lower_thread_priority();
                     let data = Bytes::from(sm.snapshot());
                     metrics.snapshots.increment(1);
                     metrics.snapshot_seconds.record(started.elapsed().as_secs_f64());
@@ -437,7 +443,7 @@ impl Driver {
                     // The receiver is gone only when the replica stops.
                     let _ = tx.send(Event::SnapshotTaken { token, data });
                 };
-                if let Err(e) = std::thread::Builder::new().name("synod-snapshot".into()).spawn(serialize) {
+                if let Err(e) = self.snapshot_worker.run(Box::new(serialize)) {
                     error!("cannot start the snapshot thread: {e}; no snapshot this time");
                 }
             }
@@ -603,6 +609,45 @@ impl Driver {
                 }
             }
         }
+    }
+}
+
+/// A background thread that runs jobs one after the other, started on the first job and kept:
+/// a snapshot every few hundred milliseconds (`snapshot_every` entries under load) on a thread
+/// of its own each paid for the thread's start and for its allocator's fresh, faulted-in
+/// memory. It runs at a lower priority: on a machine with few cores the replica's own threads
+/// (node loop, network) should win the CPU over it. A job that panics ends the thread; the
+/// next job starts a new one. The thread ends when the worker is dropped.
+struct Worker {
+    name: &'static str,
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+impl Worker {
+    fn new(name: &'static str) -> Worker {
+        Worker { name, jobs: None }
+    }
+
+    fn run(&mut self, job: Job) -> std::io::Result<()> {
+        let job = match &self.jobs {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return Ok(()),
+                Err(std::sync::mpsc::SendError(job)) => job, // the thread is gone
+            },
+            None => job,
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new().name(self.name.into()).spawn(move || {
+            lower_thread_priority();
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        })?;
+        tx.send(job).map_err(|_| std::io::Error::other("the new thread ended at once"))?;
+        self.jobs = Some(tx);
+        Ok(())
     }
 }
 

@@ -163,18 +163,22 @@ pub(crate) fn encode_record(buf: &mut Vec<u8>, payload: &[u8]) {
     buf.extend_from_slice(payload);
 }
 
-/// Append one record given as the parts it is the concatenation of (so a large payload
-/// need not be copied into one buffer first). The caller has checked the size limit.
-pub(crate) fn encode_record_parts(buf: &mut Vec<u8>, parts: &[bytes::Bytes]) {
+/// Write one record given as the parts it is the concatenation of (so a large payload need
+/// not be copied into one buffer first); returns the bytes written. The caller has checked
+/// the size limit.
+pub(crate) fn write_record_parts(w: &mut impl std::io::Write, parts: &[bytes::Bytes]) -> std::io::Result<u64> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     debug_assert!(len <= MAX_RECORD_BYTES);
     let len_le = (len as u32).to_le_bytes();
     let crc = parts.iter().fold(crc32c::crc32c(&len_le), |crc, p| crc32c::crc32c_append(crc, p));
-    buf.extend_from_slice(&len_le);
-    buf.extend_from_slice(&crc.to_le_bytes());
+    let mut header = [0u8; RECORD_HEADER_LEN];
+    header[..4].copy_from_slice(&len_le);
+    header[4..].copy_from_slice(&crc.to_le_bytes());
+    w.write_all(&header)?;
     for p in parts {
-        buf.extend_from_slice(p);
+        w.write_all(p)?;
     }
+    Ok((RECORD_HEADER_LEN + len) as u64)
 }
 
 /// The payload range of the valid record starting at `off`, if there is one: the frame fits

@@ -3,12 +3,12 @@
 
 use crate::error::WalError;
 use crate::flusher::Flusher;
-use crate::format::{encode_record, encode_record_parts, temp_name, SegmentHeader, HEADER_LEN};
+use crate::format::{encode_record, temp_name, write_record_parts, SegmentHeader, HEADER_LEN};
 use crate::options::{FsyncMode, WalOptions};
 use crate::recover::{recover, segment_path, sync_dir, Recovered};
 use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use std::sync::Arc;
 /// A bigger commit buffer than this is released after the commit, so one huge batch does not
 /// pin its memory for the life of the log.
 const KEEP_BUFFER_BYTES: usize = 4 << 20;
+/// Buffer of the writer that frames a new segment's records into its file.
+const WRITE_BUFFER_BYTES: usize = 256 << 10;
 
 pub(crate) struct Disk {
     dir: PathBuf,
@@ -334,13 +336,17 @@ impl Disk {
         let worker = std::thread::Builder::new()
             .name("synod-wal-rewrite".into())
             .spawn(move || {
-                let len = |r: &Vec<Bytes>| r.iter().map(|p| p.len()).sum::<usize>() + 8;
-                let mut body = Vec::with_capacity(records.iter().map(len).sum());
-                for r in &records {
-                    encode_record_parts(&mut body, r);
-                }
+                // Framed straight into the file through a small buffer: an image of several
+                // MB assembled in memory first cost a fresh allocation (page faults) and a
+                // copy per rewrite (docs/performance.md).
+                let written = write_temp_segment(&dir, seq, SegmentHeader::base(count), |w| {
+                    let mut n = 0;
+                    for r in &records {
+                        n += write_record_parts(w, r)?;
+                    }
+                    Ok(n)
+                });
                 drop(records);
-                let written = write_temp_segment(&dir, seq, SegmentHeader::base(count), &body);
                 finished.store(true, Ordering::Release);
                 on_written();
                 written
@@ -457,7 +463,7 @@ fn create_segment(
     header: SegmentHeader,
     body: &[u8],
 ) -> Result<(Arc<File>, PathBuf, u64), WalError> {
-    let (file, size) = write_temp_segment(dir, seq, header, body)?;
+    let (file, size) = write_temp_segment(dir, seq, header, |w| w.write_all(body).map(|()| body.len() as u64))?;
     let tmp = dir.join(temp_name(seq));
     let path = segment_path(dir, seq);
     if let Err(e) = fs::rename(&tmp, &path) {
@@ -468,23 +474,36 @@ fn create_segment(
     Ok((Arc::new(file), path, size))
 }
 
-/// Write `wal-<seq>.log.tmp` with `header` and `body` and fsync it; returns the open file
-/// (positioned at its end) and its size. A failure removes the file.
-fn write_temp_segment(dir: &Path, seq: u64, header: SegmentHeader, body: &[u8]) -> Result<(File, u64), WalError> {
+/// Write `wal-<seq>.log.tmp` with `header` and the body `write_body` writes (returning its
+/// length), and fsync it; returns the open file (positioned at its end) and its size. A
+/// failure removes the file.
+fn write_temp_segment(
+    dir: &Path,
+    seq: u64,
+    header: SegmentHeader,
+    write_body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<u64>,
+) -> Result<(File, u64), WalError> {
     let tmp = dir.join(temp_name(seq));
     let written = (|| {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)
             .map_err(WalError::io("create", &tmp))?;
-        f.write_all(&header.encode()).and_then(|()| f.write_all(body)).map_err(WalError::io("write to", &tmp))?;
+        // Writes larger than the buffer bypass it (a snapshot payload goes to the file as is).
+        let mut w = BufWriter::with_capacity(WRITE_BUFFER_BYTES, &f);
+        let body_len = w
+            .write_all(&header.encode())
+            .and_then(|()| write_body(&mut w))
+            .and_then(|n| w.flush().map(|()| n))
+            .map_err(WalError::io("write to", &tmp))?;
+        drop(w);
         f.sync_all().map_err(WalError::io("fsync", &tmp))?;
-        Ok(f)
+        Ok((f, body_len))
     })();
     match written {
-        Ok(f) => Ok((f, (HEADER_LEN + body.len()) as u64)),
+        Ok((f, body_len)) => Ok((f, HEADER_LEN as u64 + body_len)),
         Err(e) => {
             let _ = fs::remove_file(&tmp);
             Err(e)
