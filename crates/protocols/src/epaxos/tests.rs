@@ -535,11 +535,11 @@ fn session_barriers_evict_the_same_sessions_on_every_replica() {
         n.sm = synod_core::session::StateMachine::for_order(synod_core::session::Order::Partial).max_sessions(2);
     }
     net.run_for(Duration::from_millis(300));
-    // Twelve sessions write their own keys at all three replicas concurrently, twice: no
-    // two of their commands interfere, so replicas apply them in different orders. Each
-    // replica proposes a barrier after every four of its commands.
+    // Nine sessions write their own keys at all three replicas concurrently, twice: no two
+    // of their commands interfere, so replicas apply them in different orders. Each replica
+    // proposes a barrier after four of its commands: after the first of the second round.
     for seq in 1..=2u64 {
-        for c in 0..12u64 {
+        for c in 0..9u64 {
             let at = (c % 3) as NodeId + 1;
             let cmd = Command {
                 client: 10 + c,
@@ -553,8 +553,14 @@ fn session_barriers_evict_the_same_sessions_on_every_replica() {
                 Event::Request { client: ClientRef { node: at, conn: 10 + c }, cmd, meta: Default::default() },
             );
         }
+        // Node 3 hears of the others' commits late in the first round (it fetches them),
+        // so it runs its own commands first.
+        if seq == 1 {
+            net.drop = Box::new(|_, to, msg| to == 3 && matches!(decode::<Msg>(msg), Ok(Msg::Commit { .. })));
+        }
         net.deliver_all();
-        net.run_for(Duration::from_millis(200));
+        net.drop = Box::new(|_, _, _| false);
+        net.run_for(Duration::from_millis(500));
     }
     assert!(total(&net, "barriers") >= 3, "barriers proposed: {}", total(&net, "barriers"));
     let keys = |id: NodeId| -> Vec<Pos> {
@@ -572,13 +578,13 @@ fn session_barriers_evict_the_same_sessions_on_every_replica() {
     assert_eq!(barriers(3), barriers(1));
     // Same sessions, results and keys on every replica: every dedup decision agreed.
     let sm1 = &net.node(1).sm;
-    assert!(sm1.session_count() < 12, "sessions were evicted: {}", sm1.session_count());
+    assert!(sm1.session_count() < 9, "sessions were evicted: {}", sm1.session_count());
     for id in 2..=3 {
         assert!(net.node(id).sm == *sm1, "n{id}'s state machine differs from n1's");
     }
     // Some second requests came from evicted sessions: refused, not applied twice.
-    assert!((0..12).all(|c| net.reply_for(10 + c, 2).is_some()), "every second request was answered");
-    let stale = (0..12).filter(|c| net.reply_for(10 + c, 2) != Some(&DONE)).count();
+    assert!((0..9).all(|c| net.reply_for(10 + c, 2).is_some()), "every second request was answered");
+    let stale = (0..9).filter(|c| net.reply_for(10 + c, 2) != Some(&DONE)).count();
     assert!(stale > 0, "no request found its session evicted");
     net.assert_agreement();
 }
