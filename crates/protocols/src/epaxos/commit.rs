@@ -14,7 +14,26 @@ impl Epaxos {
     /// instance (batching, §7.6).
     pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
         self.queue.push(Some(client), cmd);
+        self.propose_when_due(ctx);
+    }
+
+    /// Propose what queued now (adaptive batching), or arm the `batch_ms` timer.
+    pub(super) fn propose_when_due(&mut self, ctx: &mut Ctx<'_>) {
+        match self.batch_every {
+            None => self.propose_pending(ctx),
+            Some(every) if !self.batch_timer_set && !self.queue.is_empty() => {
+                self.batch_timer_set = true;
+                ctx.set_timer(super::TIMER_BATCH, every);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The `batch_ms` timer: propose what queued (as far as the window allows).
+    pub(super) fn on_batch_timer(&mut self, ctx: &mut Ctx<'_>) {
+        self.batch_timer_set = false;
         self.propose_pending(ctx);
+        self.propose_when_due(ctx);
     }
 
     pub(super) fn propose_pending(&mut self, ctx: &mut Ctx<'_>) {
@@ -316,7 +335,7 @@ impl Epaxos {
             for p in displaced {
                 self.queue.push(p.client, p.cmd);
             }
-            self.propose_pending(ctx);
+            self.propose_when_due(ctx);
         }
     }
 

@@ -588,3 +588,27 @@ fn session_barriers_evict_the_same_sessions_on_every_replica() {
     assert!(stale > 0, "no request found its session evicted");
     net.assert_agreement();
 }
+
+#[test]
+fn with_batch_ms_requests_wait_for_the_timer_and_go_out_in_one_instance() {
+    let mut params = ProtocolParams::default();
+    params.set("batch_ms=5").unwrap();
+    let mut net = Net::with_params(3, build, params);
+    net.run_for(Duration::from_millis(300));
+    for c in 0..10u64 {
+        submit(&mut net, 1, 10 + c, 1, put(&format!("k{c}"), "v"));
+    }
+    net.deliver_all();
+    assert!(net.replies.is_empty(), "nothing is proposed before the timer fires");
+    assert_eq!(net.node(1).p.status().ballot, "0", "no instance of node 1 yet");
+    net.run_for(Duration::from_millis(20));
+    for c in 0..10u64 {
+        assert_eq!(net.reply_for(10 + c, 1), Some(&DONE));
+    }
+    assert_eq!(net.node(1).p.status().ballot, "1", "the ten requests shared one instance");
+    assert_eq!(total(&net, "commands_executed"), 30);
+    let mut bad = ProtocolParams::default();
+    bad.set("batch_ms=soon").unwrap();
+    assert!(Epaxos::new(&Setup { id: 1, members: vec![1, 2, 3], params: bad }, Variant::default()).is_err());
+    net.assert_agreement();
+}
