@@ -86,7 +86,7 @@ mod snapshot;
 use crate::registry::Setup;
 use bytes::Bytes;
 use conflicts::{Conflicts, Forgotten};
-use msg::{Attrs, InstId, Msg, Phase, Proposal, Record, Reported};
+use msg::{Attrs, InstId, Msg, Phase, Record, Reported};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use synod_core::batch::{Batcher, Pending};
