@@ -11,6 +11,15 @@ fn net(n: u32) -> Net {
     net
 }
 
+/// [`net`] with one protocol option (`key=value`).
+fn net_with(n: u32, option: &str) -> Net {
+    let mut params = ProtocolParams::default();
+    params.set(option).unwrap();
+    let mut net = Net::with_params(n, build, params);
+    net.run_for(Duration::from_millis(300));
+    net
+}
+
 fn counter(net: &Net, id: NodeId, key: &str) -> u64 {
     net.node(id).p.status().extra[key].parse().unwrap()
 }
@@ -527,14 +536,12 @@ fn a_steady_stream_of_new_interfering_commands_does_not_starve_an_old_one_sectio
 
 #[test]
 fn session_barriers_evict_the_same_sessions_on_every_replica() {
-    let mut params = ProtocolParams::default();
-    params.set("barrier_every=4").unwrap();
-    let mut net = Net::with_params(3, build, params);
+    let mut net = net_with(3, "barrier_every=4");
+    // Nothing applied yet: every replica gets a partial-order state machine of 2 sessions.
     net.use_order(synod_core::session::Order::Partial);
     for n in &mut net.nodes {
         n.sm = synod_core::session::StateMachine::for_order(synod_core::session::Order::Partial).max_sessions(2);
     }
-    net.run_for(Duration::from_millis(300));
     // Nine sessions write their own keys at all three replicas concurrently, twice: no two
     // of their commands interfere, so replicas apply them in different orders. Each replica
     // proposes a barrier after four of its commands: after the first of the second round.
@@ -591,10 +598,7 @@ fn session_barriers_evict_the_same_sessions_on_every_replica() {
 
 #[test]
 fn with_batch_ms_requests_wait_for_the_timer_and_go_out_in_one_instance() {
-    let mut params = ProtocolParams::default();
-    params.set("batch_ms=5").unwrap();
-    let mut net = Net::with_params(3, build, params);
-    net.run_for(Duration::from_millis(300));
+    let mut net = net_with(3, "batch_ms=5");
     for c in 0..10u64 {
         submit(&mut net, 1, 10 + c, 1, put(&format!("k{c}"), "v"));
     }
