@@ -39,11 +39,17 @@
 //!   committed (§4.5, end).
 //! - **sessions**: all commands of one client session interfere (they touch the session's
 //!   entry in the state machine), so retries and the exactly-once table are ordered the same
-//!   everywhere. The session table is bounded by *session barriers*: every `barrier_every`
-//!   commands (default 10,000) a command leader proposes an internal command that interferes
-//!   with every command; the state machine evicts sessions only there, so every replica
-//!   evicts the same ones although non-interfering commands run in different orders
-//!   (`synod_core::session`, `Order::Partial`).
+//!   everywhere. The session table can be bounded by *session barriers*: with
+//!   `barrier_every=N` a command leader proposes, after every N commands of its own, an
+//!   internal command that interferes with every command; the state machine evicts sessions
+//!   only there, so every replica evicts the same ones although non-interfering commands run
+//!   in different orders (`synod_core::session`, `Order::Partial`). Off by default (the table
+//!   is unbounded): with barriers on, a replica whose execution waits for one uncommitted
+//!   instance searches the whole unexecuted graph again for every new commit (every command
+//!   depends on the last barrier, which depends on everything before it), and under heavy
+//!   load (Fig. 8 at 300 clients, results/2026-11-25-epaxos-eval) a replica fell behind and
+//!   stalled. Not yet: stop the execution search at instances already known to wait for an
+//!   uncommitted one (`stuck_on`), then turn barriers on by default.
 //! - **batching** (§7.6): a command leader puts the requests that queued into one instance,
 //!   at most `max_batch` of them. By default it proposes at once when fewer than
 //!   `pipeline_window` of its instances are unexecuted (batches grow with load); with
@@ -106,9 +112,10 @@ const MAX_BATCH_BYTES: usize = 1 << 20;
 const MAX_AHEAD: u64 = 1 << 16;
 /// Most instances asked for (Fetch) or taken over (Explicit Prepare) per tick.
 const MAX_PER_TICK: usize = 256;
-/// Default `barrier_every`: with N replicas at most about N times as many sessions as this
-/// are created between two barriers, above the state machine's limit.
-const DEFAULT_BARRIER_EVERY: u64 = 10_000;
+/// Default `barrier_every`: 0 = no session barriers (module docs: "sessions"). With N
+/// replicas and `barrier_every=B`, at most about N·B sessions are created between two
+/// barriers above the state machine's limit.
+const DEFAULT_BARRIER_EVERY: u64 = 0;
 
 /// Registry constructor.
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
