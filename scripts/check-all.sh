@@ -40,7 +40,8 @@ done
 # Gets from their lease (readers=1: one client only reads, so a deposed leader's stale
 # answer would be seen; it is `synod check --readers 1`, not a protocol option).
 for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" \
-  "mencius catchup_chunk=2" "epaxos reply=commit" "crossword config=rotate" "crossword config=1" "crossword assign=unbalanced config=rotate" \
+  "mencius catchup_chunk=2" "epaxos reply=commit" "epaxos barrier_every=3" "crossword config=rotate" "crossword config=1" \
+  "crossword assign=unbalanced config=rotate" \
   "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2" "idem reject_threshold=2" \
   "nezha commutativity=off" "nezha catchup_chunk=2" "nezha speculate=off" \
   "multipaxos read_lease=on readers=1" "crossword read_lease=on config=rotate readers=1" "rspaxos read_lease=on readers=1"; do

@@ -16,9 +16,28 @@ use std::collections::BTreeMap;
 /// Most sessions kept; the least recently active session is evicted beyond this. Eviction
 /// depends only on the sequence of applied commands, so every replica evicts the same ones —
 /// under a total order. Under a partial order ([`Order::Partial`]) replicas apply
-/// non-interfering commands in different orders, so count-based eviction would pick
-/// different victims: there sessions are not evicted (see [`StateMachine::for_order`]).
+/// non-interfering commands in different orders, so eviction when a new session arrives
+/// would pick different victims. There sessions are evicted only at a *session barrier*
+/// ([`barrier`]), a command the protocol orders against every other command (EPaxos makes
+/// it interfere with everything): every replica has applied the same commands when it
+/// applies the barrier, so it holds the same sessions, and picks the same victims by the
+/// time stamped on each session's latest command (see [`StateMachine::for_order`]).
 pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
+
+/// The sequence number that marks a session barrier (client 0, [`crate::Op::Noop`]).
+pub const BARRIER_SEQ: u64 = u64::MAX;
+
+/// A session barrier: an internal command (no session, no effect on the keys) at which the
+/// state machine evicts the least recently active sessions beyond its limit. A protocol with
+/// a partial order proposes one now and then and orders it against every command.
+pub fn barrier() -> Command {
+    Command { client: 0, seq: BARRIER_SEQ, acked_below: 0, now_ms: 0, op: crate::Op::Noop }
+}
+
+/// Whether `cmd` is a session barrier ([`barrier`]).
+pub fn is_barrier(cmd: &Command) -> bool {
+    cmd.client == 0 && cmd.seq == BARRIER_SEQ && matches!(cmd.op, crate::Op::Noop)
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
@@ -28,7 +47,9 @@ struct Session {
     acked_below: u64,
     /// Highest seq ever applied.
     max_applied: u64,
-    /// Apply counter value at the last activity (for deterministic LRU eviction).
+    /// When the session was last active, for deterministic LRU eviction: the apply counter
+    /// under a total order, the time stamped on its latest command under a partial order
+    /// (a session's commands interfere, so they are applied in one order everywhere).
     last_active: u64,
 }
 
@@ -63,7 +84,8 @@ pub enum Order {
     /// Only interfering commands are ordered the same everywhere (EPaxos): non-interfering
     /// ones (different keys, different sessions) may run in different orders on different
     /// replicas. Then each command is run at its own stamped time, expiry is decided per key
-    /// when a command touches the key (lazily), and sessions are not evicted by count.
+    /// when a command touches the key (lazily), and sessions are evicted only at session
+    /// barriers ([`barrier`]).
     Partial,
 }
 
@@ -113,6 +135,11 @@ impl StateMachine {
     /// A state machine for a protocol with the given [`Order`].
     pub fn for_order(order: Order) -> Self {
         StateMachine { order, ..Self::new() }
+    }
+
+    /// The same with at most `max_sessions` sessions kept (see [`DEFAULT_MAX_SESSIONS`]).
+    pub fn max_sessions(self, max_sessions: usize) -> Self {
+        StateMachine { max_sessions: max_sessions.max(1), ..self }
     }
 
     pub fn order(&self) -> Order {
@@ -173,9 +200,17 @@ impl StateMachine {
         let stamp = command_stamp(cmd.client, cmd.seq, cmd.now_ms);
         let run = |kv: &mut KvStore, op: &crate::kv::Op| kv.apply_stamped(op, at, lazy, stamp);
         if cmd.client == 0 {
+            if is_barrier(cmd) {
+                while self.sessions.len() > self.max_sessions {
+                    self.evict_one(0);
+                }
+            }
             return Applied::Fresh(run(&mut self.kv, &cmd.op));
         }
-        let now = self.applied;
+        let now = match self.order {
+            Order::Total => self.applied,
+            Order::Partial => cmd.now_ms,
+        };
         let is_new = !self.sessions.contains_key(&cmd.client);
         let s = self.sessions.entry(cmd.client).or_default();
         s.last_active = now;
@@ -424,5 +459,56 @@ mod tests {
             p.apply(&put(c, 1, 1, "x"));
         }
         assert_eq!(p.session_count(), 5);
+    }
+
+    #[test]
+    fn under_a_partial_order_sessions_are_evicted_at_barriers_alike_whatever_the_interleaving() {
+        // Sessions 1..=6 write their own keys (no two interfere), stamped 10, 20, ... ms.
+        let cmd = |client: u64, seq: u64, acked_below: u64| Command {
+            client,
+            seq,
+            acked_below,
+            now_ms: 10 * client + seq,
+            op: Op::Put { key: Bytes::from(format!("k{client}")), value: Bytes::from(format!("{client}.{seq}")) },
+        };
+        let before_x: Vec<Command> = (1..=6).map(|c| cmd(c, 1, 1)).collect();
+        let before_y: Vec<Command> = [5, 3, 6, 1, 4, 2].iter().map(|&c| cmd(c, 1, 1)).collect();
+        // After the barrier: every session's next request (its first reply acknowledged) and
+        // a late retry of session 2's first request, sessions interleaved differently on the
+        // two replicas (one session's own commands keep their order: they interfere).
+        let mut after_x: Vec<Command> = (1..=6).map(|c| cmd(c, 2, 2)).collect();
+        after_x.push(cmd(2, 1, 1));
+        let after_y: Vec<Command> = [(6, 2, 2), (5, 2, 2), (4, 2, 2), (3, 2, 2), (2, 2, 2), (2, 1, 1), (1, 2, 2)]
+            .map(|(c, s, a)| cmd(c, s, a))
+            .to_vec();
+        let run = |before: &[Command], after: &[Command]| {
+            let mut sm = StateMachine { max_sessions: 3, ..StateMachine::for_order(Order::Partial) };
+            let mut replies = BTreeMap::new();
+            for c in before {
+                replies.insert((c.client, c.seq, c.acked_below), sm.apply(c));
+            }
+            // Above the limit, but nothing is evicted before the barrier.
+            assert_eq!(sm.session_count(), 6);
+            assert!(is_barrier(&barrier()) && !is_barrier(&Command::noop()));
+            sm.apply(&barrier());
+            assert_eq!(sm.session_count(), 3, "the barrier evicts down to the limit");
+            for c in after {
+                replies.insert((c.client, c.seq, c.acked_below), sm.apply(c));
+            }
+            (sm, replies)
+        };
+        let (x, rx) = run(&before_x, &after_x);
+        let (y, ry) = run(&before_y, &after_y);
+        assert_eq!(rx, ry, "every reply and dedup decision agrees");
+        assert_eq!(x.digest(), y.digest());
+        assert_eq!(x, y, "same keys, sessions and clock");
+        // The victims are the sessions whose latest command was stamped earliest (1, 2, 3):
+        // their next requests cannot be answered safely, the others run.
+        for c in 1..=3 {
+            assert_eq!(rx[&(c, 2, 2)], Applied::Stale, "session {c} was evicted");
+        }
+        for c in 4..=6 {
+            assert_eq!(rx[&(c, 2, 2)], Applied::Fresh(OpResult::Done), "session {c} kept");
+        }
     }
 }

@@ -89,7 +89,7 @@ pub struct CheckSummary {
 }
 
 /// Counters protocols report in `Status::extra` that say which paths a schedule exercised
-/// (EPaxos: slow path, SCCs of more than one instance, recovery; Mencius: skips and
+/// (EPaxos: slow path, SCCs of more than one instance, recovery, session barriers; Mencius: skips and
 /// revocations; Nezha: entries a follower found in place — what a fast path needs — or had
 /// to move, fetch or wait for, late arrivals, deadline modifications, view changes).
 /// `synod check` prints in how many schedules each was non-zero at the end.
@@ -104,6 +104,7 @@ pub const PATH_COUNTERS: &[&str] = &[
     "noops",
     "reproposed",
     "commit_replies",
+    "barriers",
     "snapshots",
     "skips",
     "revocations",

@@ -1,10 +1,10 @@
 //! The commit protocol of Fig. 2: Phase 1 (PreAccept), Phase 2 (Paxos-Accept), Commit.
 
 use super::conflicts::{interfere, related_batches};
-use super::msg::{Attrs, InstId, Msg, Phase};
+use super::msg::{Attrs, InstId, Msg, Phase, Proposal};
 use super::{Epaxos, Lead, Step, MAX_BATCH_BYTES};
 use synod_core::batch::Pending;
-use synod_core::{Ballot, ClientRef, Command, Ctx, NodeId, Op, OpResult, ReplyBody};
+use synod_core::{session, Ballot, ClientRef, Command, Ctx, NodeId, Op, OpResult, ReplyBody};
 
 impl Epaxos {
     // --- Phase 1: establish ordering constraints ------------------------------------------
@@ -14,7 +14,26 @@ impl Epaxos {
     /// instance (batching, §7.6).
     pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
         self.queue.push(Some(client), cmd);
+        self.propose_when_due(ctx);
+    }
+
+    /// Propose what queued now (adaptive batching), or arm the `batch_ms` timer.
+    pub(super) fn propose_when_due(&mut self, ctx: &mut Ctx<'_>) {
+        match self.batch_every {
+            None => self.propose_pending(ctx),
+            Some(every) if !self.batch_timer_set && !self.queue.is_empty() => {
+                self.batch_timer_set = true;
+                ctx.set_timer(super::TIMER_BATCH, every);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The `batch_ms` timer: propose what queued (as far as the window allows).
+    pub(super) fn on_batch_timer(&mut self, ctx: &mut Ctx<'_>) {
+        self.batch_timer_set = false;
         self.propose_pending(ctx);
+        self.propose_when_due(ctx);
     }
 
     pub(super) fn propose_pending(&mut self, ctx: &mut Ctx<'_>) {
@@ -24,7 +43,24 @@ impl Epaxos {
                 return;
             }
             let batch = self.queue.take(self.params.max_batch.max(1), MAX_BATCH_BYTES);
+            self.count_towards_barrier(&batch);
             self.propose(ctx, batch);
+        }
+    }
+
+    /// Session barriers (module docs): after `barrier_every` commands of our own, queue a
+    /// barrier (it interferes with every command: [`super::conflicts::interfere`]). Counted
+    /// when commands are proposed, so a replica that proposes nothing adds no barriers.
+    fn count_towards_barrier(&mut self, batch: &[Pending]) {
+        if self.barrier_every == 0 {
+            return;
+        }
+        let commands = batch.iter().filter(|p| !session::is_barrier(&p.cmd)).count() as u64;
+        self.since_barrier += commands;
+        if self.since_barrier >= self.barrier_every {
+            self.since_barrier = 0;
+            self.counters.barriers += 1;
+            self.queue.push(None, session::barrier());
         }
     }
 
@@ -45,7 +81,7 @@ impl Epaxos {
         let step =
             Step::PreAccept { replies: Default::default(), fast: true, to_all: false, merged: attrs.clone(), deps_ok };
         self.leads.insert(id, Lead { ballot, step, since: ctx.now });
-        let msg = Msg::PreAccept { ballot, inst: id, cmds, attrs };
+        let msg = Msg::PreAccept(Proposal { ballot, inst: id, cmds, attrs });
         for peer in self.fast_peers(ctx.now) {
             ctx.send(peer, &msg);
         }
@@ -64,11 +100,12 @@ impl Epaxos {
         i.attrs = attrs;
     }
 
-    /// Whether a PreAccept or Accept at `ballot` for `id` may be voted for: a well-formed
-    /// instance of ours to handle, not committed (the sender gets the commit instead), and
-    /// no higher ballot promised (the sender gets a Nack).
-    fn admit(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, id: InstId, attrs: &Attrs) -> bool {
-        if !self.valid(id) || attrs.deps.len() != self.n() {
+    /// Whether a PreAccept, Accept or TryPreAccept may be voted for: a well-formed instance
+    /// of ours to handle, not committed (the sender gets the commit instead), and no higher
+    /// ballot promised (the sender gets a Nack).
+    pub(super) fn admit(&mut self, ctx: &mut Ctx<'_>, from: NodeId, p: &Proposal) -> bool {
+        let (ballot, id) = (p.ballot, p.inst);
+        if !self.valid(id) || p.attrs.deps.len() != self.n() {
             return false;
         }
         let (phase, promised) = self.inst(id).map_or((Phase::None, Ballot::ZERO), |i| (i.phase, i.ballot));
@@ -84,18 +121,11 @@ impl Epaxos {
     }
 
     /// Lines 6–9.
-    pub(super) fn on_pre_accept(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: NodeId,
-        ballot: Ballot,
-        id: InstId,
-        cmds: Vec<Command>,
-        attrs: Attrs,
-    ) {
-        if !self.admit(ctx, from, ballot, id, &attrs) {
+    pub(super) fn on_pre_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, p: Proposal) {
+        if !self.admit(ctx, from, &p) {
             return;
         }
+        let Proposal { ballot, inst: id, cmds, attrs } = p;
         let (phase, vballot) = self.inst(id).map_or((Phase::None, Ballot::ZERO), |i| (i.phase, i.vballot));
         if phase != Phase::None && vballot == ballot {
             // A retransmission: answer what we answered (an accept at this ballot is newer).
@@ -111,9 +141,7 @@ impl Epaxos {
         let changed = updated != attrs;
         let committed_deps = self.try_pre_accept && self.deps_committed(id, &cmds, &updated);
         self.vote(id, ballot, Phase::PreAccepted, cmds, updated.clone());
-        self.saw(id, ctx.now);
-        self.defer_takeover(id, ctx.now);
-        self.persist(ctx, id);
+        self.voted(ctx, id);
         ctx.send(from, &Msg::PreAcceptOk { ballot, inst: id, attrs: updated, changed, committed_deps });
     }
 
@@ -181,30 +209,30 @@ impl Epaxos {
         self.persist(ctx, id);
         let step = Step::Accept { acks: Default::default() };
         self.leads.insert(id, Lead { ballot, step, since: ctx.now });
-        self.send_all(ctx, &Msg::Accept { ballot, inst: id, cmds: cmds.clone(), attrs: attrs.clone() });
+        self.send_all(ctx, &Msg::Accept(Proposal { ballot, inst: id, cmds: cmds.clone(), attrs: attrs.clone() }));
         if self.slow_replies() == 0 {
             self.commit(ctx, id, cmds, attrs);
         }
     }
 
     /// Lines 18–19.
-    pub(super) fn on_accept(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: NodeId,
-        ballot: Ballot,
-        id: InstId,
-        cmds: Vec<Command>,
-        attrs: Attrs,
-    ) {
-        if !self.admit(ctx, from, ballot, id, &attrs) {
+    pub(super) fn on_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, p: Proposal) {
+        if !self.admit(ctx, from, &p) {
             return;
         }
+        let Proposal { ballot, inst: id, cmds, attrs } = p;
         self.vote(id, ballot, Phase::Accepted, cmds, attrs);
+        self.voted(ctx, id);
+        ctx.send(from, &Msg::AcceptOk { ballot, inst: id });
+    }
+
+    /// After voting (or promising) for `id` at a ballot accepted here: note the instance,
+    /// let whoever runs it finish before this replica takes it over, and persist the vote
+    /// before it is sent (Prop. 1 and 2 need it on stable storage).
+    pub(super) fn voted(&mut self, ctx: &mut Ctx<'_>, id: InstId) {
         self.saw(id, ctx.now);
         self.defer_takeover(id, ctx.now);
         self.persist(ctx, id);
-        ctx.send(from, &Msg::AcceptOk { ballot, inst: id });
     }
 
     /// Line 20.
@@ -307,7 +335,7 @@ impl Epaxos {
             for p in displaced {
                 self.queue.push(p.client, p.cmd);
             }
-            self.propose_pending(ctx);
+            self.propose_when_due(ctx);
         }
     }
 
@@ -335,7 +363,7 @@ impl Epaxos {
                 Step::PreAccept { replies, fast, to_all, .. } => {
                     *fast = false;
                     *to_all = true;
-                    let msg = Msg::PreAccept { ballot, inst: id, cmds, attrs };
+                    let msg = Msg::PreAccept(Proposal { ballot, inst: id, cmds, attrs });
                     let missing: Vec<NodeId> = peers.iter().copied().filter(|p| !replies.contains_key(p)).collect();
                     for p in missing {
                         ctx.send(p, &msg);
@@ -343,7 +371,7 @@ impl Epaxos {
                     self.check_pre_accept(ctx, id);
                 }
                 Step::Accept { acks } => {
-                    let msg = Msg::Accept { ballot, inst: id, cmds, attrs };
+                    let msg = Msg::Accept(Proposal { ballot, inst: id, cmds, attrs });
                     let missing: Vec<NodeId> = peers.iter().copied().filter(|p| !acks.contains(p)).collect();
                     for p in missing {
                         ctx.send(p, &msg);
@@ -363,7 +391,8 @@ impl Epaxos {
                         self.leads.remove(&id);
                         self.unsettled.insert(id, now);
                     } else {
-                        let msg = Msg::TryPreAccept { ballot, inst: id, cmds: t.cmds.clone(), attrs: t.attrs.clone() };
+                        let p = Proposal { ballot, inst: id, cmds: t.cmds.clone(), attrs: t.attrs.clone() };
+                        let msg = Msg::TryPreAccept(p);
                         for p in t.targets.difference(&t.answered) {
                             ctx.send(*p, &msg);
                         }

@@ -43,7 +43,7 @@ impl Epaxos {
                 }
             }
         }
-        self.propose_pending(ctx);
+        self.propose_when_due(ctx);
         self.maybe_snapshot(ctx);
     }
 

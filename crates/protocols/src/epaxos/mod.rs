@@ -39,7 +39,21 @@
 //!   committed (§4.5, end).
 //! - **sessions**: all commands of one client session interfere (they touch the session's
 //!   entry in the state machine), so retries and the exactly-once table are ordered the same
-//!   everywhere.
+//!   everywhere. The session table can be bounded by *session barriers*: with
+//!   `barrier_every=N` a command leader proposes, after every N commands of its own, an
+//!   internal command that interferes with every command; the state machine evicts sessions
+//!   only there, so every replica evicts the same ones although non-interfering commands run
+//!   in different orders (`synod_core::session`, `Order::Partial`). Off by default (the table
+//!   is unbounded): with barriers on, a replica whose execution waits for one uncommitted
+//!   instance searches the whole unexecuted graph again for every new commit (every command
+//!   depends on the last barrier, which depends on everything before it), and under heavy
+//!   load (Fig. 8 at 300 clients, results/2026-11-25-epaxos-eval) a replica fell behind and
+//!   stalled. Not yet: stop the execution search at instances already known to wait for an
+//!   uncommitted one (`stuck_on`), then turn barriers on by default.
+//! - **batching** (§7.6): a command leader puts the requests that queued into one instance,
+//!   at most `max_batch` of them. By default it proposes at once when fewer than
+//!   `pipeline_window` of its instances are unexecuted (batches grow with load); with
+//!   `batch_ms=5` it proposes what queued every 5 ms, as the paper's evaluation does.
 //! - **replies** go to the client after execution at the command leader (the paper's
 //!   execution latency); a command whose instance is taken over and finished as a no-op is
 //!   proposed again in a new instance. With `reply=commit`, plain puts (whose result, `OK`,
@@ -57,8 +71,13 @@
 //!   every committed command from an empty state machine and finishes its own unfinished
 //!   instances through Explicit Prepare.
 //!
-//! Not yet: membership changes (§4.7's epochs), non-thrifty fast paths with the "unchanged attributes" rule, and the §4.9 priority of old
-//! commands over new ones.
+//! - **livelock** (§4.9: "we prioritize completing old commands over proposing new
+//!   commands"): a command leader proposes nothing new while `pipeline_window` of its own
+//!   instances are unexecuted, so no dependency chain grows without bound and an old command
+//!   executes while new interfering ones keep arriving (tested).
+//!
+//! Not yet: membership changes (§4.7's epochs), non-thrifty fast paths with the "unchanged
+//! attributes" rule.
 
 pub mod msg;
 #[cfg(test)]
@@ -83,6 +102,8 @@ use synod_core::{
 };
 
 const TIMER_TICK: TimerId = 1;
+/// `batch_ms`: propose what queued (§7.6's batching timer).
+const TIMER_BATCH: TimerId = 2;
 /// Most bytes of commands in one instance (a batch, §7.6).
 const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Instances further than this past a sub-space's committed prefix are ignored: a replica
@@ -91,6 +112,10 @@ const MAX_BATCH_BYTES: usize = 1 << 20;
 const MAX_AHEAD: u64 = 1 << 16;
 /// Most instances asked for (Fetch) or taken over (Explicit Prepare) per tick.
 const MAX_PER_TICK: usize = 256;
+/// Default `barrier_every`: 0 = no session barriers (module docs: "sessions"). With N
+/// replicas and `barrier_every=B`, at most about N·B sessions are created between two
+/// barriers above the state machine's limit.
+const DEFAULT_BARRIER_EVERY: u64 = 0;
 
 /// Registry constructor.
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
@@ -178,6 +203,8 @@ struct Counters {
     reproposed: u64,
     /// Puts answered at commit (`reply=commit`).
     commit_replies: u64,
+    /// Session barriers proposed here.
+    barriers: u64,
 }
 
 pub struct Epaxos {
@@ -197,6 +224,16 @@ pub struct Epaxos {
     /// as soon as their instance commits at the command leader (§7's commit latency), not
     /// after execution.
     reply_at_commit: bool,
+    /// `barrier_every`: this replica proposes a session barrier after this many commands of
+    /// its own (0 = never; see [`commit`], "session barriers").
+    barrier_every: u64,
+    /// Commands proposed here since the last session barrier.
+    since_barrier: u64,
+    /// `batch_ms` (§7.6: "batching every 5 ms"): requests wait for this timer and go out
+    /// together; None (the default) proposes at once when fewer than `pipeline_window` own
+    /// instances are unexecuted, batching what queued meanwhile (adaptive batching).
+    batch_every: Option<Duration>,
+    batch_timer_set: bool,
     /// Instances per sub-space (index into `members`).
     insts: Vec<BTreeMap<u64, Instance>>,
     /// Highest instance index known to exist per sub-space.
@@ -252,7 +289,9 @@ pub struct Epaxos {
 
 impl Epaxos {
     pub(crate) fn new(setup: &Setup, variant: Variant) -> Result<Epaxos, String> {
-        setup.params.check_options("epaxos", &["fast_quorum", "thrifty", "retry_ms", "reply"])?;
+        setup
+            .params
+            .check_options("epaxos", &["fast_quorum", "thrifty", "retry_ms", "reply", "barrier_every", "batch_ms"])?;
         let mut members = setup.members.clone();
         members.sort_unstable();
         members.dedup();
@@ -288,6 +327,18 @@ impl Epaxos {
             Some("commit") => true,
             Some(v) => return Err(format!("option reply: expected execute or commit, got {v:?}")),
         };
+        let barrier_every = match setup.params.options.get("barrier_every") {
+            None => DEFAULT_BARRIER_EVERY,
+            Some(v) => v.parse().map_err(|_| format!("option barrier_every: not a number: {v:?}"))?,
+        };
+        let batch_every = match setup.params.options.get("batch_ms") {
+            None => None,
+            Some(v) => match v.parse::<u64>() {
+                Ok(0) => None,
+                Ok(ms) => Some(Duration::from_millis(ms)),
+                Err(_) => return Err(format!("option batch_ms: not a number: {v:?}")),
+            },
+        };
         let retry = match setup.params.options.get("retry_ms") {
             None => Duration::from_millis(setup.params.election_timeout_min_ms.max(2) / 2),
             Some(v) => Duration::from_millis(v.parse().map_err(|_| format!("option retry_ms: not a number: {v:?}"))?),
@@ -301,6 +352,10 @@ impl Epaxos {
             variant,
             retry,
             reply_at_commit,
+            barrier_every,
+            since_barrier: 0,
+            batch_every,
+            batch_timer_set: false,
             insts: vec![BTreeMap::new(); n],
             known: vec![0; n],
             committed_upto: vec![0; n],
@@ -427,11 +482,11 @@ impl Epaxos {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::PreAccept { ballot, inst, cmds, attrs } => self.on_pre_accept(ctx, from, ballot, inst, cmds, attrs),
+            Msg::PreAccept(p) => self.on_pre_accept(ctx, from, p),
             Msg::PreAcceptOk { ballot, inst, attrs, committed_deps, .. } => {
                 self.on_pre_accept_ok(ctx, from, ballot, inst, attrs, committed_deps)
             }
-            Msg::Accept { ballot, inst, cmds, attrs } => self.on_accept(ctx, from, ballot, inst, cmds, attrs),
+            Msg::Accept(p) => self.on_accept(ctx, from, p),
             Msg::AcceptOk { ballot, inst } => self.on_accept_ok(ctx, from, ballot, inst),
             Msg::Nack { ballot, inst, promised } => self.on_nack(ctx, ballot, inst, promised),
             Msg::Commit { entries } => {
@@ -442,9 +497,7 @@ impl Epaxos {
             }
             Msg::Prepare { ballot, inst } => self.on_prepare(ctx, from, ballot, inst),
             Msg::PrepareOk { ballot, inst, state } => self.on_prepare_ok(ctx, from, ballot, inst, state),
-            Msg::TryPreAccept { ballot, inst, cmds, attrs } => {
-                self.on_try_pre_accept(ctx, from, ballot, inst, cmds, attrs)
-            }
+            Msg::TryPreAccept(p) => self.on_try_pre_accept(ctx, from, p),
             Msg::TryPreAcceptReply { ballot, inst, outcome } => {
                 self.on_try_pre_accept_reply(ctx, from, ballot, inst, outcome)
             }
@@ -558,6 +611,7 @@ impl Epaxos {
         extra.insert("commands_executed".into(), c.executed.to_string());
         extra.insert("reproposed".into(), c.reproposed.to_string());
         extra.insert("commit_replies".into(), c.commit_replies.to_string());
+        extra.insert("barriers".into(), c.barriers.to_string());
         extra.insert("fast_quorum".into(), self.fast_quorum.to_string());
         extra.insert("instances".into(), self.insts.iter().map(|m| m.len()).sum::<usize>().to_string());
         extra.insert("unsettled".into(), self.unsettled.len().to_string());
@@ -640,6 +694,7 @@ impl Protocol for Epaxos {
             }
             Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
+            Event::Timer(TIMER_BATCH) => self.on_batch_timer(ctx),
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Persisted { token } => self.on_persisted(token),
             Event::Timer(_) => {}
@@ -666,19 +721,17 @@ impl Protocol for Epaxos {
     fn describe_message(&self, msg: &[u8]) -> String {
         let attrs = |a: &Attrs| format!("seq={} deps={:?}", a.seq, a.deps);
         match decode::<Msg>(msg) {
-            Ok(Msg::PreAccept { ballot, inst, cmds, attrs: a }) => {
-                format!("PreAccept {inst} b={ballot} {} cmds {}", cmds.len(), attrs(&a))
+            Ok(Msg::PreAccept(p)) => {
+                format!("PreAccept {} b={} {} cmds {}", p.inst, p.ballot, p.cmds.len(), attrs(&p.attrs))
             }
             Ok(Msg::PreAcceptOk { ballot, inst, attrs: a, changed, committed_deps }) => {
                 format!("PreAcceptOk {inst} b={ballot} {} changed={changed} committed_deps={committed_deps}", attrs(&a))
             }
-            Ok(Msg::TryPreAccept { ballot, inst, attrs: a, .. }) => {
-                format!("TryPreAccept {inst} b={ballot} {}", attrs(&a))
-            }
+            Ok(Msg::TryPreAccept(p)) => format!("TryPreAccept {} b={} {}", p.inst, p.ballot, attrs(&p.attrs)),
             Ok(Msg::TryPreAcceptReply { ballot, inst, outcome }) => {
                 format!("TryPreAcceptReply {inst} b={ballot} {outcome:?}")
             }
-            Ok(Msg::Accept { ballot, inst, attrs: a, .. }) => format!("Accept {inst} b={ballot} {}", attrs(&a)),
+            Ok(Msg::Accept(p)) => format!("Accept {} b={} {}", p.inst, p.ballot, attrs(&p.attrs)),
             Ok(Msg::AcceptOk { ballot, inst }) => format!("AcceptOk {inst} b={ballot}"),
             Ok(Msg::Nack { ballot, inst, promised }) => format!("Nack {inst} b={ballot} promised={promised}"),
             Ok(Msg::Commit { entries }) => {

@@ -65,16 +65,26 @@ pub struct Reported {
     pub attrs: Attrs,
 }
 
+/// A command batch and its attributes proposed for an instance at a ballot: what PreAccept,
+/// Accept and TryPreAccept carry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub ballot: Ballot,
+    pub inst: InstId,
+    pub cmds: Vec<Command>,
+    pub attrs: Attrs,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Msg {
     /// Line 5 (and line 35/37 during recovery, at a higher ballot).
-    PreAccept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
+    PreAccept(Proposal),
     /// Line 9. `changed`: the replica updated the attributes it was sent. `committed_deps`:
     /// every instance this replica knows that is related to the command and within `attrs`
     /// is committed here (the fast-path condition of §4.4 for the optimized quorum).
     PreAcceptOk { ballot: Ballot, inst: InstId, attrs: Attrs, changed: bool, committed_deps: bool },
     /// Line 17 (carries the command: with thrifty PreAccepts some acceptors never saw it).
-    Accept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
+    Accept(Proposal),
     /// Line 19.
     AcceptOk { ballot: Ballot, inst: InstId },
     /// A message at `ballot` for `inst` was refused: the replica promised `promised`.
@@ -88,7 +98,7 @@ pub enum Msg {
     /// §4.4: a recovering replica asks to pre-accept a tuple that may have been committed on
     /// the optimized fast path (sent at the recovery ballot; recorded at the default ballot,
     /// as if pre-accepted in the original round).
-    TryPreAccept { ballot: Ballot, inst: InstId, cmds: Vec<Command>, attrs: Attrs },
+    TryPreAccept(Proposal),
     /// The answer to a TryPreAccept.
     TryPreAcceptReply { ballot: Ballot, inst: InstId, outcome: TpaOutcome },
     /// Ask for the commits of these instances (a replica missing a commit asks before it

@@ -19,7 +19,7 @@
 //! every reply had each related dependency committed ([`Epaxos::deps_committed`]).
 
 use super::conflicts::related_batches;
-use super::msg::{Attrs, InstId, Msg, Phase, Reported, TpaOutcome};
+use super::msg::{Attrs, InstId, Msg, Phase, Proposal, Reported, TpaOutcome};
 use super::{Epaxos, Lead, Step};
 use std::collections::{BTreeMap, BTreeSet};
 use synod_core::{Ballot, Command, Ctx, NodeId};
@@ -97,14 +97,17 @@ impl Epaxos {
         let i = self.inst_mut(id);
         i.ballot = ballot;
         let state = Self::report(i);
-        // A lead of ours at a lower ballot is over: we may no longer commit at it.
+        self.supersede_lead(id, ballot);
+        self.voted(ctx, id);
+        ctx.send(from, &Msg::PrepareOk { ballot, inst: id, state });
+    }
+
+    /// A promise at `ballot`: a lead of ours at a lower ballot is over (we may no longer
+    /// commit at it).
+    fn supersede_lead(&mut self, id: InstId, ballot: Ballot) {
         if self.leads.get(&id).is_some_and(|l| l.ballot < ballot) {
             self.leads.remove(&id);
         }
-        self.saw(id, ctx.now);
-        self.defer_takeover(id, ctx.now);
-        self.persist(ctx, id);
-        ctx.send(from, &Msg::PrepareOk { ballot, inst: id, state });
     }
 
     pub(super) fn on_prepare_ok(
@@ -237,7 +240,7 @@ impl Epaxos {
     fn start_try_pre_accept(&mut self, ctx: &mut Ctx<'_>, id: InstId, ballot: Ballot, t: Trying) {
         self.counters.try_pre_accepts += 1;
         let (cmds, attrs) = (t.cmds.clone(), t.attrs.clone());
-        let msg = Msg::TryPreAccept { ballot, inst: id, cmds: cmds.clone(), attrs: attrs.clone() };
+        let msg = Msg::TryPreAccept(Proposal { ballot, inst: id, cmds: cmds.clone(), attrs: attrs.clone() });
         let peers: Vec<NodeId> = t.targets.iter().copied().filter(|&m| m != self.id).collect();
         let local = t.targets.contains(&self.id);
         self.leads.insert(id, Lead { ballot, step: Step::TryPreAccept(t), since: ctx.now });
@@ -251,31 +254,13 @@ impl Epaxos {
     }
 
     /// A TryPreAccept arrived (§4.4).
-    pub(super) fn on_try_pre_accept(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: NodeId,
-        ballot: Ballot,
-        id: InstId,
-        cmds: Vec<Command>,
-        attrs: Attrs,
-    ) {
-        if !self.valid(id) || attrs.deps.len() != self.n() {
+    pub(super) fn on_try_pre_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, p: Proposal) {
+        if !self.admit(ctx, from, &p) {
             return;
         }
-        if self.is_committed(id) {
-            self.send_commit(ctx, from, id);
-            return;
-        }
-        let promised = self.inst(id).map_or(Ballot::ZERO, |i| i.ballot);
-        if ballot < promised {
-            ctx.send(from, &Msg::Nack { ballot, inst: id, promised });
-            return;
-        }
-        if self.leads.get(&id).is_some_and(|l| l.ballot < ballot) {
-            self.leads.remove(&id);
-        }
-        let outcome = self.try_pre_accept_here(ctx, id, ballot, &cmds, &attrs);
+        let (ballot, id) = (p.ballot, p.inst);
+        self.supersede_lead(id, ballot);
+        let outcome = self.try_pre_accept_here(ctx, id, ballot, &p.cmds, &p.attrs);
         self.defer_takeover(id, ctx.now);
         ctx.send(from, &Msg::TryPreAcceptReply { ballot, inst: id, outcome });
     }
@@ -435,7 +420,7 @@ impl Epaxos {
             deps_ok: false,
         };
         self.leads.insert(id, Lead { ballot, step, since: ctx.now });
-        self.send_all(ctx, &Msg::PreAccept { ballot, inst: id, cmds, attrs });
+        self.send_all(ctx, &Msg::PreAccept(Proposal { ballot, inst: id, cmds, attrs }));
         self.check_pre_accept(ctx, id);
     }
 }

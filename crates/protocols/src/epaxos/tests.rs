@@ -11,6 +11,15 @@ fn net(n: u32) -> Net {
     net
 }
 
+/// [`net`] with one protocol option (`key=value`).
+fn net_with(n: u32, option: &str) -> Net {
+    let mut params = ProtocolParams::default();
+    params.set(option).unwrap();
+    let mut net = Net::with_params(n, build, params);
+    net.run_for(Duration::from_millis(300));
+    net
+}
+
 fn counter(net: &Net, id: NodeId, key: &str) -> u64 {
     net.node(id).p.status().extra[key].parse().unwrap()
 }
@@ -122,7 +131,7 @@ fn an_instance_nobody_else_saw_is_finished_as_a_noop_and_its_request_proposed_ag
     let mut net = net(3);
     // Node 1's PreAccept for its first instance is lost; node 1 is cut off long enough for
     // the others to take the instance over (they learn it exists from node 1's heartbeats).
-    net.drop = Box::new(|from, _, msg| from == 1 && matches!(decode::<Msg>(msg), Ok(Msg::PreAccept { .. })));
+    net.drop = Box::new(|from, _, msg| from == 1 && matches!(decode::<Msg>(msg), Ok(Msg::PreAccept(_))));
     net.request(1, 7, 1, put("a", "1"));
     net.drop =
         Box::new(|from, to, msg| (from == 1 || to == 1) && !matches!(decode::<Msg>(msg), Ok(Msg::Heartbeat { .. })));
@@ -183,12 +192,12 @@ fn a_replica_that_missed_commits_catches_up_from_heartbeats() {
 #[test]
 fn malformed_attributes_are_ignored() {
     let mut net = net(3);
-    let bad = Msg::PreAccept {
+    let bad = Msg::PreAccept(msg::Proposal {
         ballot: Ballot::new(0, 2),
         inst: InstId { space: 2, index: 1 },
         cmds: vec![],
         attrs: Attrs { seq: 1, deps: vec![0; 9] },
-    };
+    });
     net.event(1, Event::Message { from: 2, sent_at: Time::ZERO, msg: encode(&bad) });
     assert!(net.queue.is_empty(), "no answer to a PreAccept with the wrong number of deps");
     let far = Msg::Prepare { ballot: Ballot::new(1, 2), inst: InstId { space: 3, index: u64::MAX } };
@@ -480,4 +489,130 @@ fn a_replica_that_sees_a_recovery_in_progress_waits_before_taking_the_instance_o
     assert_eq!(e.unsettled.get(&id), Some(&later), "the wait restarts at the Prepare");
     assert!(!e.takeover_at.contains_key(&id), "the takeover time is drawn again from now");
     assert!(actions.iter().any(|a| matches!(a, synod_core::Action::Send { .. })), "and it answered");
+}
+
+/// Deliver at most `k` queued messages (the rest stay in flight).
+fn deliver_some(net: &mut Net, k: usize) {
+    for _ in 0..k {
+        let Some((from, to, msg)) = net.queue.pop_front() else { return };
+        net.event(to, Event::Message { from, sent_at: net.now, msg });
+    }
+}
+
+#[test]
+fn a_steady_stream_of_new_interfering_commands_does_not_starve_an_old_one_section_4_9() {
+    // Replicas 1 and 2 propose a new put on the hot key at every step while earlier ones
+    // are still in flight; replica 3 proposes one command in the middle. New commands keep
+    // acquiring dependencies on each other (§4.9), but a command leader proposes nothing
+    // new while `pipeline_window` of its own are unexecuted, so the chains stay finite and
+    // the old command executes while the stream goes on.
+    let mut net = net(3);
+    let old_at = 20u64;
+    let mut answered_at = None;
+    for step in 1..=400u64 {
+        submit(&mut net, 1, 100, step, put("hot", &format!("a{step}")));
+        submit(&mut net, 2, 200, step, put("hot", &format!("b{step}")));
+        if step == old_at {
+            submit(&mut net, 3, 300, 1, put("hot", "old"));
+        }
+        deliver_some(&mut net, 12);
+        if answered_at.is_none() && net.reply_for(300, 1).is_some() {
+            answered_at = Some(step);
+        }
+    }
+    let answered_at = answered_at.expect("the old command was executed while the stream went on");
+    assert!(answered_at < old_at + 100, "answered at step {answered_at}, 100+ steps after it was proposed");
+    let later = (answered_at + 1..=400).filter(|&s| net.reply_for(100, s).is_some()).count();
+    assert!(later > 0, "the stream kept going after the old command ran");
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.reply_for(300, 1), Some(&DONE));
+    let order = writes_of(&net, 1, "hot");
+    assert_eq!(order.len(), 801);
+    for id in 2..=3 {
+        assert_eq!(writes_of(&net, id, "hot"), order, "n{id} wrote 'hot' in another order");
+    }
+    net.assert_agreement();
+}
+
+#[test]
+fn session_barriers_evict_the_same_sessions_on_every_replica() {
+    let mut net = net_with(3, "barrier_every=4");
+    // Nothing applied yet: every replica gets a partial-order state machine of 2 sessions.
+    net.use_order(synod_core::session::Order::Partial);
+    for n in &mut net.nodes {
+        n.sm = synod_core::session::StateMachine::for_order(synod_core::session::Order::Partial).max_sessions(2);
+    }
+    // Nine sessions write their own keys at all three replicas concurrently, twice: no two
+    // of their commands interfere, so replicas apply them in different orders. Each replica
+    // proposes a barrier after four of its commands: after the first of the second round.
+    for seq in 1..=2u64 {
+        for c in 0..9u64 {
+            let at = (c % 3) as NodeId + 1;
+            let cmd = Command {
+                client: 10 + c,
+                seq,
+                acked_below: seq,
+                now_ms: 1_000 * seq + c,
+                op: put(&format!("k{c}"), "v"),
+            };
+            net.event(
+                at,
+                Event::Request { client: ClientRef { node: at, conn: 10 + c }, cmd, meta: Default::default() },
+            );
+        }
+        // Node 3 hears of the others' commits late in the first round (it fetches them),
+        // so it runs its own commands first.
+        if seq == 1 {
+            net.drop = Box::new(|_, to, msg| to == 3 && matches!(decode::<Msg>(msg), Ok(Msg::Commit { .. })));
+        }
+        net.deliver_all();
+        net.drop = Box::new(|_, _, _| false);
+        net.run_for(Duration::from_millis(500));
+    }
+    assert!(total(&net, "barriers") >= 3, "barriers proposed: {}", total(&net, "barriers"));
+    let keys = |id: NodeId| -> Vec<Pos> {
+        net.node(id).applied.iter().filter(|(_, c)| c.client != 0).map(|(p, _)| *p).collect()
+    };
+    assert!(
+        (2..=3).any(|id| keys(id) != keys(1)),
+        "non-interfering commands ran in the same order everywhere: {:?}",
+        keys(1)
+    );
+    let barriers = |id: NodeId| -> Vec<Pos> {
+        net.node(id).applied.iter().filter(|(_, c)| synod_core::session::is_barrier(c)).map(|(p, _)| *p).collect()
+    };
+    assert_eq!(barriers(2), barriers(1));
+    assert_eq!(barriers(3), barriers(1));
+    // Same sessions, results and keys on every replica: every dedup decision agreed.
+    let sm1 = &net.node(1).sm;
+    assert!(sm1.session_count() < 9, "sessions were evicted: {}", sm1.session_count());
+    for id in 2..=3 {
+        assert!(net.node(id).sm == *sm1, "n{id}'s state machine differs from n1's");
+    }
+    // Some second requests came from evicted sessions: refused, not applied twice.
+    assert!((0..9).all(|c| net.reply_for(10 + c, 2).is_some()), "every second request was answered");
+    let stale = (0..9).filter(|c| net.reply_for(10 + c, 2) != Some(&DONE)).count();
+    assert!(stale > 0, "no request found its session evicted");
+    net.assert_agreement();
+}
+
+#[test]
+fn with_batch_ms_requests_wait_for_the_timer_and_go_out_in_one_instance() {
+    let mut net = net_with(3, "batch_ms=5");
+    for c in 0..10u64 {
+        submit(&mut net, 1, 10 + c, 1, put(&format!("k{c}"), "v"));
+    }
+    net.deliver_all();
+    assert!(net.replies.is_empty(), "nothing is proposed before the timer fires");
+    assert_eq!(net.node(1).p.status().ballot, "0", "no instance of node 1 yet");
+    net.run_for(Duration::from_millis(20));
+    for c in 0..10u64 {
+        assert_eq!(net.reply_for(10 + c, 1), Some(&DONE));
+    }
+    assert_eq!(net.node(1).p.status().ballot, "1", "the ten requests shared one instance");
+    assert_eq!(total(&net, "commands_executed"), 30);
+    let mut bad = ProtocolParams::default();
+    bad.set("batch_ms=soon").unwrap();
+    assert!(Epaxos::new(&Setup { id: 1, members: vec![1, 2, 3], params: bad }, Variant::default()).is_err());
+    net.assert_agreement();
 }
