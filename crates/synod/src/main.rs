@@ -21,27 +21,6 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `purge_delay` option (the same index in mimalloc v2 and v3, `mi_option_e`).
-const MI_OPTION_PURGE_DELAY: std::os::raw::c_int = 15;
-
-extern "C" {
-    /// From the mimalloc library that `mimalloc` links (libmimalloc-sys).
-    fn mi_option_set(option: std::os::raw::c_int, value: std::os::raw::c_long);
-}
-
-/// Let mimalloc keep freed memory for 10 s (its default: 1 s) before returning it to the OS,
-/// unless `MIMALLOC_PURGE_DELAY` says otherwise. A replica under load takes a snapshot every
-/// second or so (a few MB, `snapshot_every`); with the default the memory of the previous
-/// one was already returned, and every snapshot wrote into freshly faulted, zeroed pages:
-/// 5-8% of a follower's CPU in `clear_page_erms`, gone with this (docs/performance.md). An
-/// idle replica still returns what it freed, 10 s later.
-fn keep_freed_memory() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: sets an integer option; mimalloc reads it on its next purge decision.
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
-    }
-}
-
 #[derive(Parser)]
 #[command(name = "synod", version, about = "A protocol-generic, linearizable, replicated key-value store")]
 struct Cli {
@@ -75,7 +54,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    keep_freed_memory();
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => server::main(args),
