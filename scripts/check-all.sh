@@ -36,15 +36,23 @@ done
 # the implicit-GC window (n x RT slots) close behind the log head, so lagging replicas take
 # the snapshot path; paxos-lbr with RT=2 rejects at its leader; idem with RT=2 is the
 # overload mode (the simulator's clients exceed the threshold: rejections, definitive ones,
-# retransmissions of rejected ids, forwards; the restart hazard of seed 419). read_lease=on: leaders answer
+# retransmissions of rejected ids, forwards; the restart hazard of seed 419); raft-admit with
+# RT=2 rejects in front of Raft (crate::admit). read_lease=on: leaders answer
 # Gets from their lease (readers=1: one client only reads, so a deposed leader's stale
-# answer would be seen; it is `synod check --readers 1`, not a protocol option).
+# answer would be seen; it is `synod check --readers 1`, not a protocol option). chain
+# snapshot_every=5: rejoining nodes get state transfers (snapshot + suffix), and a reader
+# exposes a deposed tail answering from its lease.
+# epaxos barrier_every=3: session barriers are on by default (one per 256 commands of a
+# command leader), which the simulated histories never reach; 3 puts several in every
+# schedule (each depends on every instance before it: the incremental executor's barrier
+# edges and waiting chains).
 for opts in "holipaxos trim=quorum" "holipaxos trim=snapshot" "multipaxos catchup_chunk=2" "holipaxos catchup_chunk=2" \
   "mencius catchup_chunk=2" "epaxos reply=commit" "epaxos barrier_every=3" "crossword config=rotate" "crossword config=1" \
   "crossword assign=unbalanced config=rotate" \
-  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2" "idem reject_threshold=2" \
+  "idem-nopr reject_threshold=2 compact_every=10" "paxos-lbr reject_threshold=2" "idem reject_threshold=2" "raft-admit reject_threshold=2" \
   "nezha commutativity=off" "nezha catchup_chunk=2" "nezha speculate=off" \
-  "multipaxos read_lease=on readers=1" "crossword read_lease=on config=rotate readers=1" "rspaxos read_lease=on readers=1"; do
+  "multipaxos read_lease=on readers=1" "crossword read_lease=on config=rotate readers=1" "rspaxos read_lease=on readers=1" \
+  "raft+ read_lease=on readers=1" "craft read_lease=on readers=1" "chain snapshot_every=5 readers=1"; do
   set -- $opts
   p=$1; shift
   params=()

@@ -50,10 +50,20 @@ requests() {
   done
   echo "$total"
 }
+# The highest committed log position among the replicas (slots / entries, not commands).
+committed() {
+  local best=0 v
+  for i in 1 2 3; do
+    v=$(curl -s "127.0.0.1:$((bp + 200 + i))/status" | python3 -c 'import json,sys; print(json.load(sys.stdin)["commit_index"])' 2>/dev/null || echo 0)
+    ((v > best)) && best=$v
+  done
+  echo "$best"
+}
 ticks() { awk '{split($0,a,") "); split(a[2],f," "); print f[12]+f[13]}' "/proc/$1/stat"; }
 
 declare -A t0 t1
 r0=$(requests)
+c0=$(committed)
 for i in 1 2 3; do t0[$i]=$(ticks "${pid[$i]}"); done
 b0=$(ticks "$bench")
 stats=()
@@ -63,6 +73,7 @@ for i in 1 2 3; do
 done
 wait "${stats[@]}"
 r1=$(requests)
+c1=$(committed)
 for i in 1 2 3; do t1[$i]=$(ticks "${pid[$i]}"); done
 b1=$(ticks "$bench")
 ops=$((r1 - r0))
@@ -73,7 +84,8 @@ for i in 1 2 3; do
 done
 hz=$(getconf CLK_TCK)
 echo "$(date -u '+%F %H:%M UTC') binary $bin; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "operations in the 6 s window: $ops ($((ops / 6))/s)"
+echo "operations in the 6 s window: $ops ($((ops / 6))/s); log positions committed: $((c1 - c0))" \
+  "($(python3 -c "print('%.1f' % ($ops / max(1, $c1 - $c0)))") operations per position)"
 for i in 1 2 3; do
   cs=$(awk '/context-switches/ {gsub(",","",$1); print $1}' "$out/stat$i")
   sc=$(awk '/raw_syscalls/ {gsub(",","",$1); print $1}' "$out/stat$i")

@@ -10,8 +10,10 @@
 #   PARAMS="reject_threshold=2" TABLE=rt2-full-sweep.md OUT=results/... bash scripts/sweep-record.sh idem
 #
 # PARAMS: space-separated protocol parameters, each passed as `--param K=V` (raw files get
-# the parameters in their names). TABLE: the table's file name in OUT (default README.md,
-# for a folder another sweep already writes a README in).
+# the parameters in their names). READERS=N: `--readers N` (the first N clients only read,
+# what exposes a stale lease read; raw files get `-readersN` in their names). TABLE: the
+# table's file name in OUT (default README.md, for a folder another sweep already writes a
+# README in).
 #
 # Exit status 1 if any run reports a violation (or fails to run); the table says which.
 set -euo pipefail
@@ -28,15 +30,19 @@ for kv in $PARAMS; do
   param_args+=(--param "$kv")
   suffix="$suffix-${kv//=/-}"
 done
+if [ -n "${READERS:-}" ]; then
+  param_args+=(--readers "$READERS")
+  suffix="$suffix-readers$READERS"
+fi
 mkdir -p "$OUT/raw"
 if [ $# -gt 0 ]; then protocols=("$@"); else mapfile -t protocols < <("$bin" protocols | awk '{print $1}'); fi
 table="$OUT/${TABLE:-README.md}"
 {
   echo "# Recorded simulation sweep ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   echo
-  echo "\`${PARAMS:+PARAMS=\"$PARAMS\" }bash scripts/sweep-record.sh ${*:-}\` at commit \`$(git rev-parse --short HEAD)\`, binary \`$bin\`,"
+  echo "\`${PARAMS:+PARAMS=\"$PARAMS\" }${READERS:+READERS=$READERS }bash scripts/sweep-record.sh ${*:-}\` at commit \`$(git rev-parse --short HEAD)\`, binary \`$bin\`,"
   echo "$(nproc) cores, load average before: $(cut -d' ' -f1-3 /proc/loadavg). All faults"
-  echo "(\`--faults all\`${PARAMS:+, parameters \`${param_args[*]}\`}); 3 replicas from seed 0, 5 replicas from seed 1,000,000. Raw output in raw/."
+  echo "(\`--faults all\`${param_args[*]:+, \`${param_args[*]}\`}); 3 replicas from seed 0, 5 replicas from seed 1,000,000. Raw output in raw/."
   echo
   echo "| protocol | replicas | seeds | ops checked | violations | wall time | schedules/s |"
   echo "|---|---|---|---|---|---|---|"

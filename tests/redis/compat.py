@@ -45,6 +45,13 @@ CASES = [
     c("GETRANGE", "s", -100, 2),
     c("GETRANGE", "nosuch", 0, -1),
     c("GETRANGE", "s", "a", 1),
+    # GETDEL: the value, then gone; nil for a missing key; WRONGTYPE on another type
+    c("SET", "gd", "v"),
+    c("GETDEL", "gd"),
+    c("EXISTS", "gd"),
+    c("GETDEL", "gd"),
+    c("GETDEL"),
+    c("GETDEL", "a", "b"),
     c("SETRANGE", "s", 6, "Redis"),
     c("GET", "s"),
     c("SETRANGE", "pad", 3, "ab"),
@@ -474,6 +481,19 @@ CASES = [
     c("ZSCAN", "zs", 0, conn=3),
     c("ZSCAN", "ss", 0),
     c("HSCAN"),
+    # SCAN over the keyspace: one matching key answered with cursor 0 (both servers scan
+    # everything a COUNT this large covers); the argument errors
+    c("SET", "scan:only", "1"),
+    c("SCAN", 0, "MATCH", "scan:*", "COUNT", 1000),
+    c("SCAN", 0, "MATCH", "scan:*", "COUNT", 1000, "TYPE", "string"),
+    c("SCAN", 0, "MATCH", "scan:*", "COUNT", 1000, "TYPE", "hash"),
+    c("SCAN", 0, "MATCH", "nomatch:*", "COUNT", 1000),
+    c("SCAN", "abc"),
+    c("SCAN", 0, "COUNT", 0),
+    c("SCAN", 0, "COUNT", "x"),
+    c("SCAN", 0, "BOGUS", 1),
+    c("SCAN", 0, "MATCH"),
+    c("SCAN"),
     # HRANDFIELD: random like SRANDMEMBER, so "shape" (type and length) unless the count
     # covers the whole hash, which both return entirely ("set")
     c("HSET", "hr", "a", 1, "b", 2, "c", 3),

@@ -483,6 +483,9 @@ fn print_run(title: &str, r: &driver::RunResult) {
     if r.summary.dropped > 0 {
         println!("  dropped arrivals (open loop, over --max-outstanding): {}", r.summary.dropped);
     }
+    for (why, n) in &r.error_reasons {
+        println!("  error ({n}x): {why}");
+    }
     let c = r.summary.commits;
     if let Some(pct) = c.fast_pct() {
         println!(

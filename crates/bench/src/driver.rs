@@ -26,6 +26,7 @@ use crate::workload::{BenchOp, OpClass, Workload};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -187,6 +188,9 @@ pub struct RunResult {
     /// When measurement started (end of warm-up): the zero of the timeline, so that events
     /// timed elsewhere (faults injected by a scenario) can be placed on it exactly.
     pub measure_start: Instant,
+    /// Why operations failed (errors and ambiguous answers), with counts: at most a few
+    /// distinct reasons, so a failing run says why.
+    pub error_reasons: Vec<(String, u64)>,
 }
 
 /// State shared by the tasks of one run.
@@ -207,9 +211,43 @@ struct Shared {
     stop: Stop,
     /// Operations started and not yet finished that count in the measurement.
     inflight: AtomicUsize,
+    /// Why measured operations failed: count per distinct reason (at most
+    /// [`MAX_ERROR_REASONS`] reasons; later new ones are counted under "other").
+    error_reasons: Mutex<BTreeMap<String, u64>>,
+}
+
+/// Distinct error reasons a run keeps (a broken target can produce one per operation).
+const MAX_ERROR_REASONS: usize = 8;
+
+/// Why an operation ended as an error or an ambiguous answer, if it did.
+fn error_reason(
+    r: &Result<Result<Outcome, TargetError>, tokio::time::error::Elapsed>,
+    timeout: Duration,
+) -> Option<String> {
+    match r {
+        Ok(Ok(Outcome::Error(why))) => Some(why.clone()),
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!("no answer within the operation timeout ({timeout:?})")),
+        Ok(Ok(_)) => None,
+    }
 }
 
 impl Shared {
+    /// Count a measured operation's error under its reason.
+    fn note_error(&self, reason: String) {
+        self.note_errors(reason, 1);
+    }
+
+    fn note_errors(&self, reason: String, count: u64) {
+        let mut reasons = self.error_reasons.lock().expect("error reasons lock");
+        let key = if reasons.contains_key(&reason) || reasons.len() < MAX_ERROR_REASONS {
+            reason
+        } else {
+            "other reasons".to_string()
+        };
+        *reasons.entry(key).or_insert(0) += count;
+    }
+
     fn finished(&self) -> bool {
         self.done.load(Ordering::SeqCst) || self.stop.raised()
     }
@@ -324,6 +362,7 @@ where
         done: AtomicBool::new(false),
         stop: stop.clone(),
         inflight: AtomicUsize::new(0),
+        error_reasons: Mutex::new(BTreeMap::new()),
     });
     let connect = Arc::new(connect);
     let progress = cfg.progress.clone().map(|label| tokio::spawn(progress_loop(label, shared.clone(), cfg.bound)));
@@ -396,13 +435,16 @@ where
     if unfinished > 0 {
         tracing::warn!("{unfinished} operations had not finished {:?} after the end; counted as errors", cfg.grace);
         let at = elapsed.saturating_sub(Duration::from_nanos(1));
+        shared.note_errors(format!("no answer {:?} after the end of the run", cfg.grace), unfinished as u64);
         for _ in 0..unfinished {
             recorder.record(OpClass::Read, at, Duration::ZERO, Completion::Error);
         }
     }
     recorder.extend_to(elapsed);
     let summary = recorder.summary(elapsed);
-    Ok(RunResult { recorder, elapsed, summary, interrupted, measure_start })
+    let error_reasons =
+        std::mem::take(&mut *shared.error_reasons.lock().expect("error reasons lock")).into_iter().collect();
+    Ok(RunResult { recorder, elapsed, summary, interrupted, measure_start, error_reasons })
 }
 
 /// A closed-loop client's pauses: after every answer, and after a rejection.
@@ -458,6 +500,9 @@ async fn closed_client<T, F, Fut>(
         let r = tokio::time::timeout(op_timeout, t.execute(&op)).await;
         let (completion, broken) = completion_of(&r);
         if measured {
+            if let Some(why) = error_reason(&r, op_timeout) {
+                shared.note_error(why);
+            }
             shared.record(op.class(), start, Instant::now(), completion);
             shared.inflight.fetch_sub(1, Ordering::SeqCst);
         }
@@ -555,6 +600,9 @@ async fn open_worker<T, F, Fut>(
         let r = tokio::time::timeout(op_timeout, t.execute(&job.op)).await;
         let (completion, broken) = completion_of(&r);
         if job.measured {
+            if let Some(why) = error_reason(&r, op_timeout) {
+                shared.note_error(why);
+            }
             shared.record(job.op.class(), job.intended, Instant::now(), completion);
             shared.inflight.fetch_sub(1, Ordering::SeqCst);
         }

@@ -70,8 +70,11 @@ pub fn write_run(dir: &Path, title: &str, meta: &RunMeta<'_>, result: &RunResult
         meta: &'a RunMeta<'a>,
         interrupted: bool,
         summary: &'a Summary,
+        /// Why operations failed: (reason, count), a few distinct reasons at most.
+        error_reasons: &'a [(String, u64)],
     }
-    let out = Out { meta, interrupted: result.interrupted, summary: &result.summary };
+    let out =
+        Out { meta, interrupted: result.interrupted, summary: &result.summary, error_reasons: &result.error_reasons };
     write(&dir.join("summary.json"), serde_json::to_vec_pretty(&out)?)?;
     let mut csv = format!("{CLASS_HEADER},dropped,{COMMITS_HEADER}\n");
     for c in &result.summary.classes {

@@ -43,6 +43,9 @@ const POLICY_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const POLICY_BACKOFF_MAX: Duration = Duration::from_millis(100);
 /// While some endpoints' node ids are unknown (they were down), ask again this often.
 const REFRESH_IDS_EVERY: Duration = Duration::from_secs(1);
+/// ... and at most this often while replicas redirect to a leader whose endpoint we do not
+/// know.
+const REFRESH_IDS_REDIRECT: Duration = Duration::from_millis(100);
 
 pub use synod_core::client_policy::PolicyFactory;
 
@@ -401,6 +404,7 @@ impl Client {
             for action in std::mem::take(&mut actions) {
                 match action {
                     ClientAction::Send { to, meta } => {
+                        tracing::debug!(node = to, seq = cmd.seq, "send");
                         if let Err(why) = self.send_to(to, cmd, meta, deadline).await {
                             tracing::debug!(node = to, seq = cmd.seq, "cannot send: {why}");
                             last_error = format!("node {to}: {why}");
@@ -420,11 +424,25 @@ impl Client {
                 }
             }
             if let Some(ev) = inbox.pop_front() {
+                // A replica we have not mapped yet (it was not up when we connected) may be
+                // the one the policy must reach: a redirect to a leader we cannot address, or
+                // a retry. Learn the missing ids first, or the policy cycles among the
+                // replicas it knows until the retry budget is spent.
+                if self.ids.len() < self.endpoints.len() {
+                    let unknown_leader = matches!(&ev, PolicyEvent::Reply(Reply {
+                        body: ReplyBody::NotLeader { leader: Some(l) }, ..
+                    }) if !self.ids.contains_key(l));
+                    let due = if unknown_leader { REFRESH_IDS_REDIRECT } else { REFRESH_IDS_EVERY };
+                    if self.last_refresh.elapsed() >= due {
+                        self.refresh_ids().await;
+                    }
+                }
                 actions = self.step(|p, cx| match ev {
                     PolicyEvent::Reply(r) => p.on_reply(cx, r),
                     PolicyEvent::Timer(id) => p.on_timer(cx, id),
                     PolicyEvent::Unreachable(node) => p.on_unreachable(cx, node),
                 });
+                tracing::trace!(seq = cmd.seq, members = ?self.members, "policy stepped");
                 continue;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -436,6 +454,7 @@ impl Client {
                 ev = self.events.recv() => match ev {
                     Some(LinkEvent::Msg { node, link, msg }) => match msg {
                         ServerMsg::Reply(r) if r.client == cmd.client && r.seq == cmd.seq => {
+                            tracing::debug!(node, seq = cmd.seq, "reply: {}", describe(&r.body));
                             if !matches!(r.body, ReplyBody::Done(_)) {
                                 last_error = format!("node {node}: {}", describe(&r.body));
                             }
@@ -721,6 +740,7 @@ fn describe(body: &ReplyBody) -> String {
         ReplyBody::NotLeader { leader: Some(l) } => format!("not the leader (node {l} is)"),
         ReplyBody::NotLeader { leader: None } => "no leader known (election?)".into(),
         ReplyBody::Rejected { reason } => format!("rejected: {reason}"),
+        ReplyBody::RejectedEarly { reason } => format!("rejected (not yet durable): {reason}"),
         ReplyBody::Speculative { view, .. } => format!("speculative reply (view {view})"),
         ReplyBody::SlowReply { view } => format!("slow reply (view {view})"),
         ReplyBody::Invalid { reason } => format!("invalid: {reason}"),

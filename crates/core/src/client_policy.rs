@@ -84,6 +84,9 @@ pub struct ClientCtx<'a> {
     pub members: &'a [NodeId],
     /// The client's home replica: its index into `members` (nearest, or assigned by the host).
     pub home: usize,
+    /// The host's approximate bound on the error of `now` (as
+    /// [`Ctx::clock_error`](crate::Ctx::clock_error)); zero unless the host knows one.
+    pub clock_error: Duration,
     actions: &'a mut Vec<ClientAction>,
 }
 
@@ -95,7 +98,7 @@ impl<'a> ClientCtx<'a> {
         home: usize,
         actions: &'a mut Vec<ClientAction>,
     ) -> Self {
-        ClientCtx { now, rng, members, home, actions }
+        ClientCtx { now, rng, members, home, clock_error: Duration::ZERO, actions }
     }
     pub fn send(&mut self, to: NodeId, meta: RequestMeta) {
         self.actions.push(ClientAction::Send { to, meta });

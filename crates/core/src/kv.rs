@@ -130,12 +130,15 @@ pub enum Op {
     Type {
         key: Bytes,
     },
-    /// Keys after `after` (exclusive; empty = from the start) matching the glob `pattern`,
-    /// examining at most `count` keys (SCAN with a key cursor).
+    /// Keys after `after` (exclusive; empty = from the start) matching the glob `pattern`
+    /// and, if `of_type` is set, whose [`Op::Type`] name is `of_type` (lower case), examining
+    /// at most `count` keys (SCAN with a key cursor; like Redis, the type filter applies after
+    /// the `count` keys are taken, so a batch may be empty before the scan is done).
     KeyScan {
         after: Bytes,
         pattern: Option<Bytes>,
         count: u32,
+        of_type: Option<Bytes>,
     },
     /// Number of keys (DBSIZE).
     DbSize,
@@ -448,8 +451,8 @@ pub enum Op {
 /// What a resumed scan ([`Op::ScanResume`]) walks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ScanTarget {
-    /// The key space (SCAN).
-    Keys,
+    /// The key space (SCAN), keys of type `of_type` only if set ([`Op::KeyScan`]).
+    Keys { of_type: Option<Bytes> },
     /// The members of the hash, set or sorted set at `key` (HSCAN, SSCAN, ZSCAN).
     Members { key: Bytes, of: ScanOf },
 }
@@ -812,7 +815,7 @@ impl Op {
             }
             Op::MultiPut { pairs } => Footprint::Keys(pairs.iter().map(|(k, _)| &k[..]).collect()),
             Op::Scan { start, end, .. } => Footprint::Range { start, end },
-            Op::KeyScan { .. } | Op::ScanResume { target: ScanTarget::Keys, .. } | Op::DbSize | Op::FlushAll => {
+            Op::KeyScan { .. } | Op::ScanResume { target: ScanTarget::Keys { .. }, .. } | Op::DbSize | Op::FlushAll => {
                 Footprint::All
             }
             Op::Noop => Footprint::None,
@@ -901,11 +904,18 @@ impl Op {
             | Op::HashIncrByFloat { field: name, .. }
             | Op::HashSetNx { field: name, .. }
             | Op::HashStrlen { field: name, .. } => f(name),
-            Op::KeyScan { after, pattern, .. } | Op::MemberScan { after, pattern, .. } => {
+            Op::KeyScan { after, pattern, of_type, .. } => {
+                f(after);
+                pattern.iter().chain(of_type).for_each(|p| f(p));
+            }
+            Op::MemberScan { after, pattern, .. } => {
                 f(after);
                 if let Some(p) = pattern {
                     f(p);
                 }
+            }
+            Op::ScanResume { target: ScanTarget::Keys { of_type }, pattern, .. } => {
+                pattern.iter().chain(of_type).for_each(|p| f(p))
             }
             Op::ScanResume { pattern: Some(p), .. } => f(p),
             Op::ZLexCount { min, max, .. } | Op::ZRange { by: ZRangeBy::Lex { min, max }, .. } => {
@@ -1083,6 +1093,17 @@ fn is_canonical_int(v: &[u8]) -> bool {
 }
 
 impl Value {
+    /// Its TYPE name, as Redis says it (also what `SCAN … TYPE` filters on).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+            Value::Hash(_) => "hash",
+            Value::List(_) => "list",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
+        }
+    }
+
     /// What redis-server 7.0 reports as OBJECT ENCODING for this value when it was built by
     /// plain writes: computed from the value itself, so it differs from Redis where Redis's
     /// answer depends on history (an APPENDed or SETRANGEd string is "raw" there; a hash, set
@@ -1293,13 +1314,15 @@ impl KvStore {
 
     /// SCAN: keys after `after` (exclusive; empty = from the start) in key order, examining at
     /// most `count`, those matching `pattern`; and the key to continue after when more follow.
-    fn key_scan(&self, after: &Bytes, pattern: &Option<Bytes>, count: u32) -> OpResult {
+    fn key_scan(&self, after: &Bytes, pattern: &Option<Bytes>, count: u32, of_type: &Option<Bytes>) -> OpResult {
         let lower = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.clone()) };
         let mut keys = Vec::new();
         let mut last = None;
-        for (k, _) in self.map.range((lower, Bound::Unbounded)).take(count.max(1) as usize) {
+        for (k, item) in self.map.range((lower, Bound::Unbounded)).take(count.max(1) as usize) {
             last = Some(k.clone());
-            if pattern.as_ref().is_none_or(|p| glob_match(p, k)) {
+            if pattern.as_ref().is_none_or(|p| glob_match(p, k))
+                && of_type.as_ref().is_none_or(|t| t[..] == *item.value.type_name().as_bytes())
+            {
                 keys.push(k.clone());
             }
         }
@@ -2012,18 +2035,8 @@ impl KvStore {
                 self.hash(key)?.map(|h| h.iter().map(|(f, v)| (f.clone(), v.clone())).collect()).unwrap_or_default(),
             ),
             Op::HashLen { key } => OpResult::Int(self.hash(key)?.map_or(0, |h| h.len() as i64)),
-            Op::Type { key } => OpResult::Text(
-                match self.map.get(key) {
-                    None => "none",
-                    Some(Item { value: Value::Str(_), .. }) => "string",
-                    Some(Item { value: Value::Hash(_), .. }) => "hash",
-                    Some(Item { value: Value::List(_), .. }) => "list",
-                    Some(Item { value: Value::Set(_), .. }) => "set",
-                    Some(Item { value: Value::ZSet(_), .. }) => "zset",
-                }
-                .into(),
-            ),
-            Op::KeyScan { after, pattern, count } => self.key_scan(after, pattern, *count),
+            Op::Type { key } => OpResult::Text(self.map.get(key).map_or("none", |i| i.value.type_name()).into()),
+            Op::KeyScan { after, pattern, count, of_type } => self.key_scan(after, pattern, *count, of_type),
             Op::MemberScan { key, of, after, pattern, count } => self.member_scan(key, *of, after, pattern, *count)?,
             Op::ScanResume { target, fingerprint, pattern, count } => {
                 // The smallest name with the fingerprint (so a collision can only repeat
@@ -2032,9 +2045,9 @@ impl KvStore {
                     names.find(|n| scan_fingerprint(n) == fingerprint).cloned().unwrap_or_default()
                 }
                 match target {
-                    ScanTarget::Keys => {
+                    ScanTarget::Keys { of_type } => {
                         let after = resolve(self.map.keys(), *fingerprint);
-                        self.key_scan(&after, pattern, *count)
+                        self.key_scan(&after, pattern, *count, of_type)
                     }
                     ScanTarget::Members { key, of } => {
                         let after = match of {
@@ -2647,7 +2660,7 @@ mod tests {
         let mut found = Vec::new();
         loop {
             let OpResult::Keys { keys, next } =
-                kv.apply0(&Op::KeyScan { after: after.clone(), pattern: Some(b("user:*")), count: 2 })
+                kv.apply0(&Op::KeyScan { after: after.clone(), pattern: Some(b("user:*")), count: 2, of_type: None })
             else {
                 panic!()
             };
@@ -2658,6 +2671,23 @@ mod tests {
             }
         }
         assert_eq!(found, vec![b("user:1"), b("user:2"), b("user:3")]);
+    }
+
+    #[test]
+    fn key_scan_by_type_filters_after_counting() {
+        let mut kv = KvStore::new();
+        kv.apply0(&Op::Put { key: b("a"), value: b("1") });
+        kv.apply0(&Op::HashSet { key: b("b"), pairs: vec![(b("f"), b("1"))] });
+        kv.apply0(&Op::Put { key: b("c"), value: b("1") });
+        let scan = |after: Bytes, count, of_type: &str| {
+            kv.clone().apply0(&Op::KeyScan { after, pattern: None, count, of_type: Some(b(of_type)) })
+        };
+        assert_eq!(scan(Bytes::new(), 10, "string"), OpResult::Keys { keys: vec![b("a"), b("c")], next: None });
+        assert_eq!(scan(Bytes::new(), 10, "hash"), OpResult::Keys { keys: vec![b("b")], next: None });
+        assert_eq!(scan(Bytes::new(), 10, "nosuchtype"), OpResult::Keys { keys: vec![], next: None });
+        // Like Redis, COUNT bounds the keys examined, not the keys returned: an empty batch
+        // with a cursor to continue from.
+        assert_eq!(scan(b("a"), 1, "string"), OpResult::Keys { keys: vec![], next: Some(b("b")) });
     }
 
     #[test]
@@ -3356,7 +3386,7 @@ mod tests {
             Op::HashDelete { key: k("h"), fields: ks(&["g"]) },
             Op::HashLen { key: k("h") },
             Op::Type { key: k("z") },
-            Op::KeyScan { after: Bytes::new(), pattern: None, count: 10 },
+            Op::KeyScan { after: Bytes::new(), pattern: None, count: 10, of_type: None },
             Op::MemberScan { key: k("h"), of: ScanOf::Hash, after: Bytes::new(), pattern: None, count: 10 },
             Op::HashRandField { key: k("h"), count: Some(-3), with_values: true },
             Op::ObjectEncoding { key: k("z") },
@@ -3446,14 +3476,15 @@ mod tests {
             other => panic!("{other:?}"),
         };
         // Key space: alternate the remembered and the resumed way; every key exactly once.
-        let (mut seen, mut next) = keys_of(kv.apply0(&Op::KeyScan { after: Bytes::new(), pattern: None, count: 7 }));
+        let (mut seen, mut next) =
+            keys_of(kv.apply0(&Op::KeyScan { after: Bytes::new(), pattern: None, count: 7, of_type: None }));
         let mut resumed = false;
         while let Some(after) = next {
             let op = if resumed {
-                Op::KeyScan { after, pattern: None, count: 7 }
+                Op::KeyScan { after, pattern: None, count: 7, of_type: None }
             } else {
                 let fingerprint = scan_fingerprint(&after);
-                Op::ScanResume { target: ScanTarget::Keys, fingerprint, pattern: None, count: 7 }
+                Op::ScanResume { target: ScanTarget::Keys { of_type: None }, fingerprint, pattern: None, count: 7 }
             };
             resumed = !resumed;
             let (keys, n) = keys_of(kv.apply0(&op));
@@ -3478,7 +3509,7 @@ mod tests {
         // The key the cursor stood for was deleted: start over (repeats, no misses).
         kv.apply0(&Op::MultiDelete { keys: vec![b("k09")] });
         let (keys, _) = keys_of(kv.apply0(&Op::ScanResume {
-            target: ScanTarget::Keys,
+            target: ScanTarget::Keys { of_type: None },
             fingerprint: scan_fingerprint(b"k09"),
             pattern: None,
             count: 2,

@@ -21,6 +21,7 @@
 //! The protocol also must not answer a read before it executed every slot the election found
 //! (values chosen under earlier leaders): [`Holder::valid`] is only half of the condition.
 
+use crate::params::ProtocolParams;
 use crate::protocol::NodeId;
 use crate::quorum::QuorumTracker;
 use crate::time::Time;
@@ -154,6 +155,77 @@ impl Holder {
     /// Lease expiry (leader's clock), if one was ever granted in this ballot.
     pub fn until(&self) -> Option<Time> {
         self.until
+    }
+}
+
+/// The protocol options leases read (`read_lease`, `lease_ms`, `lease_drift_ppm`).
+pub const LEASE_OPTIONS: &[&str] = &["read_lease", "lease_ms", "lease_drift_ppm"];
+
+/// One replica's lease state, the same for every protocol that offers read leases
+/// (MultiPaxos and its codecs, Raft and CRaft): the protocol decides when to grant, when a
+/// new leadership starts and up to where it must have executed before it reads.
+#[derive(Clone, Debug)]
+pub struct Leases {
+    pub cfg: LeaseConfig,
+    /// As an acceptor (voter): whom we promised not to desert, until when.
+    pub grantor: Grantor,
+    /// As the leader: rounds in flight and the lease held (reset with each leadership).
+    pub holder: Holder,
+    /// The leader answers lease reads once it executed up to here (the end of what its
+    /// election found).
+    pub read_floor: u64,
+    /// Reads answered from the lease since this replica started (status `lease_reads`).
+    pub reads: u64,
+}
+
+impl Leases {
+    /// From the protocol options: `read_lease=on|off` (default off), `lease_ms` (default the
+    /// minimum election timeout, so a leader's crash delays the next election by nothing;
+    /// never longer), `lease_drift_ppm` (default 1000). `None` when leases are off.
+    pub fn from_params(params: &ProtocolParams) -> Result<Option<Leases>, String> {
+        if !params.flag("read_lease", false)? {
+            return Ok(None);
+        }
+        let int = |name: &str, default: u64| -> Result<u64, String> {
+            match params.options.get(name) {
+                None => Ok(default),
+                Some(v) => v.parse::<u64>().map_err(|_| format!("option {name}: {v:?} is not a non-negative integer")),
+            }
+        };
+        let lease_ms = int("lease_ms", params.election_timeout_min_ms)?;
+        if lease_ms == 0 || lease_ms > params.election_timeout_min_ms {
+            return Err(format!(
+                "option lease_ms: {lease_ms} must be in 1..={} (the minimum election timeout: a longer lease would delay elections after a leader's crash)",
+                params.election_timeout_min_ms
+            ));
+        }
+        let drift_ppm = int("lease_drift_ppm", 1000)?;
+        if drift_ppm >= 100_000 {
+            return Err(format!("option lease_drift_ppm: {drift_ppm} is not a plausible clock rate error (< 100000)"));
+        }
+        let cfg = LeaseConfig { duration: Duration::from_millis(lease_ms), drift_ppm, guard: Duration::from_millis(1) };
+        if cfg.usable() <= params.heartbeat() {
+            return Err(format!("option lease_ms: {lease_ms} leaves no usable lease beyond a heartbeat interval"));
+        }
+        Ok(Some(Leases { cfg, grantor: Grantor::default(), holder: Holder::default(), read_floor: 0, reads: 0 }))
+    }
+
+    /// A new leadership (or none): the lease held is void, reads wait until `floor` is
+    /// executed (`u64::MAX`: not before the protocol sets a floor).
+    pub fn lead_from(&mut self, floor: u64) {
+        self.holder.reset();
+        self.read_floor = floor;
+    }
+
+    /// Whether the leader may answer a read from its state machine at `now`, having executed
+    /// up to `executed`; counts the read if so. `unchecked` skips the expiry check (the
+    /// mutation tests' deliberately unsafe leader).
+    pub fn try_read(&mut self, now: Time, executed: u64, unchecked: bool) -> bool {
+        if executed < self.read_floor || !(unchecked || self.holder.valid(now)) {
+            return false;
+        }
+        self.reads += 1;
+        true
     }
 }
 

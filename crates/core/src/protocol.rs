@@ -11,6 +11,8 @@
 //!    [`Action::Broadcast`] or [`Action::Reply`] pushed *after it* — in the same or a later
 //!    event — leaves the replica. So "persist the promise, then send it" is written exactly
 //!    like that. When the records are durable, [`Event::Persisted`] reports the token.
+//!    The one exception is [`Action::ReplyNow`], an answer that depends on nothing persisted:
+//!    it leaves at once, also after a `Persist` that is not durable yet.
 //! 3. On restart, [`Protocol::recover`] receives every record persisted earlier (minus a torn
 //!    tail) in order, before any other event.
 //! 4. [`Action::Apply`] hands committed commands to the driver's state machine in the order
@@ -93,6 +95,13 @@ pub enum ReplyBody {
     /// The request was refused for now (overload / admission control, IDEM §5.1); the client
     /// may retry later or elsewhere. `reason` is for humans.
     Rejected { reason: String },
+    /// A reject sent before the verdict behind it is durable (IDEM's early REJECT, sent with
+    /// [`Action::ReplyNow`]): a crash may make the replica forget it, so it says only that
+    /// this replica refuses the request now. A `Rejected` from the same replica follows once
+    /// the verdict is durable. IDEM's client counts it towards ambivalence (n − f rejects),
+    /// never towards a definitive failure; other clients ignore it and wait for the
+    /// `Rejected`.
+    RejectedEarly { reason: String },
     /// A speculative reply, valid only when a client-side quorum of matching replies is seen
     /// (Nezha fast path: `view` and `digest` must match across a super quorum). `result` is
     /// present only in the leader's reply.
@@ -197,6 +206,16 @@ pub enum Action {
         client: ClientRef,
         reply: Reply,
     },
+    /// Answer a client at once: a reply that depends on nothing persisted is not held back
+    /// behind an earlier `Persist` that is not durable yet (the runtime's group commit, the
+    /// simulator's fsync window). Otherwise like [`Action::Reply`]; a `Reply` or `ReplyNow`
+    /// pushed earlier and still held may leave after it. For answers that stay true if the
+    /// replica crashes and forgets everything it has not made durable (Paxos-LBR's rejects,
+    /// IDEM's early REJECT).
+    ReplyNow {
+        client: ClientRef,
+        reply: Reply,
+    },
     /// Apply a committed command to the state machine at `pos`; if `reply` names a client of
     /// this replica, the driver answers it with the result.
     Apply {
@@ -266,6 +285,11 @@ pub enum Ghost {
     /// Promise: a client command is applied only after a majority of the replicas accepted
     /// it (IDEM's leader waits for f + 1 REQUIREs, so that a correct replica holds it).
     Accepted { client: u64, seq: u64 },
+    /// This replica garbage-collected every log instance up to `upto` while the newest
+    /// instance it had received was `newest` (IDEM §4.4, Theorem 6.1). Promise — the rule of
+    /// the theorem, `upto + r_max ≤ newest` with `r_max = n × RT`: the oldest instance s of
+    /// the window is discarded only once an instance with sequence number s + r_max arrived.
+    Discarded { upto: u64, newest: u64, r_max: u64 },
 }
 
 /// Where and how a driver answers a provisional apply ([`Action::Speculate`]).
@@ -286,6 +310,12 @@ pub struct Ctx<'a> {
     pub rng: &'a mut Rng,
     /// Runtime self-monitoring inputs (HoliPaxos slowdown detector and similar).
     pub load: LoadInfo,
+    /// The driver's approximate bound on how far `now` is from true time (the error bound
+    /// a clock-synchronization service reports; Nezha's σ, §3). The simulator derives it
+    /// from its configured skew/drift/jump bounds, the runtime takes it from its config
+    /// (`clock_error_us`). Approximate: a protocol may use it for performance (how long to
+    /// wait), never for correctness — real clocks break their bounds. Zero: no error known.
+    pub clock_error: Duration,
     actions: &'a mut Vec<Action>,
 }
 
@@ -298,11 +328,22 @@ pub struct LoadInfo {
 
 impl<'a> Ctx<'a> {
     pub fn new(id: NodeId, now: Time, rng: &'a mut Rng, actions: &'a mut Vec<Action>) -> Self {
-        Ctx { id, now, rng, load: LoadInfo::default(), actions }
+        Ctx { id, now, rng, load: LoadInfo::default(), clock_error: Duration::ZERO, actions }
     }
 
     pub fn push(&mut self, a: Action) {
         self.actions.push(a);
+    }
+
+    /// How many actions were pushed so far: a mark for [`Ctx::pushed_since`].
+    pub fn pushed(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// The actions pushed since `mark` (a protocol wrapping another one watches what the
+    /// inner protocol did with an event).
+    pub fn pushed_since(&self, mark: usize) -> &[Action] {
+        self.actions.get(mark..).unwrap_or(&[])
     }
 
     /// Encode `msg` with postcard and send it to `to`.
@@ -329,6 +370,13 @@ impl<'a> Ctx<'a> {
     pub fn answer(&mut self, client: ClientRef, cmd: &Command, body: ReplyBody) {
         let reply = Reply { client: cmd.client, seq: cmd.seq, from: self.id, body };
         self.actions.push(Action::Reply { client, reply });
+    }
+
+    /// Answer `client` about `cmd` at once, not held back by a `Persist` pushed before
+    /// ([`Action::ReplyNow`]): only for an answer that depends on nothing persisted.
+    pub fn answer_now(&mut self, client: ClientRef, cmd: &Command, body: ReplyBody) {
+        let reply = Reply { client: cmd.client, seq: cmd.seq, from: self.id, body };
+        self.actions.push(Action::ReplyNow { client, reply });
     }
 
     pub fn apply(&mut self, pos: Pos, cmd: Command, reply: Option<ClientRef>) {
@@ -455,6 +503,17 @@ pub trait Protocol: Send {
 
     /// Handle one event.
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event);
+
+    /// The driver handed over every event it had ready (the end of a *turn*: the runtime's
+    /// node loop calls it once after each batch of events it drained, the simulator on a
+    /// zero-delay event after whatever else was due at the same instant). A protocol may
+    /// defer work here to do it once per turn instead of once per event — e.g. a leader
+    /// proposes all the client requests of a turn in one log entry rather than one entry
+    /// each. Drivers call it after every turn in which an event was handled (and after
+    /// `recover`), so deferred work is never stranded. Default: nothing.
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        let _ = ctx;
+    }
 
     fn status(&self) -> Status;
 

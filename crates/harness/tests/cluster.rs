@@ -120,6 +120,7 @@ fn a_killed_leader_is_replaced_and_restarted_through_the_nemesis() {
         },
         server_exe: None,
         tls: false,
+        extra_certs: Vec::new(),
         password: None,
     };
     let cluster = Cluster::start(&spec).unwrap_or_else(|e| panic!("starting the cluster: {e}"));

@@ -5,6 +5,7 @@
 //! here and call its constructor.
 
 pub mod admission;
+pub mod admit;
 pub mod chain;
 pub mod crossword;
 pub mod epaxos;
@@ -28,8 +29,9 @@ mod decode_tests;
 #[cfg(test)]
 mod registry_tests;
 
-/// Deliberately broken protocol variants, registered only for the mutation tests that prove
-/// the checkers can fail. Never reachable from the CLI.
+/// Deliberately broken protocol variants, for the mutation tests that prove the checkers can
+/// fail. Only builds with the `mutants` feature have them (the test builds of synod-sim and
+/// synod, whose nemesis test runs one as real replicas); a release build never does.
 #[cfg(feature = "mutants")]
 pub mod mutants {
     use crate::registry::ProtocolInfo;
@@ -85,6 +87,14 @@ pub mod mutants {
             order: Order::Total,
             tolerates: crate::registry::minority,
             build: crate::multipaxos::mutants::build_lease_unchecked,
+        },
+        ProtocolInfo {
+            name: "raft-lease-unchecked",
+            description: "Raft with read leases whose leader answers reads locally without checking that its lease is still valid (a deposed leader serves stale reads)",
+            client: leader_policy,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::raft::build_lease_unchecked,
         },
         ProtocolInfo {
             name: "holipaxos-eager-commit",
@@ -157,6 +167,30 @@ pub mod mutants {
             order: Order::Total,
             tolerates: crate::registry::minority,
             build: crate::idem::mutants::build_require_f,
+        },
+        ProtocolInfo {
+            name: "idem-gc-early",
+            description: "IDEM whose implicit garbage collection drops an instance one too early (window n x RT - 1; caught by the simulator's ghost check of Theorem 6.1's rule, IDEM §4.4); reject_threshold=2 unless given",
+            client: crate::idem::policy::client,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::idem::mutants::build_gc_early,
+        },
+        ProtocolInfo {
+            name: "chain-head-answers",
+            description: "Chain Replication whose head applies and answers an update as soon as it logged it, before the tail has it (a removed head loses acknowledged updates)",
+            client: crate::chain::policy::client,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::chain::mutants::build_head_answers,
+        },
+        ProtocolInfo {
+            name: "chain-lease-unchecked",
+            description: "Chain Replication whose tail answers queries without a valid lease (a deposed, partitioned tail serves stale reads)",
+            client: crate::chain::policy::client,
+            order: Order::Total,
+            tolerates: crate::registry::minority,
+            build: crate::chain::mutants::build_lease_unchecked,
         },
     ];
 

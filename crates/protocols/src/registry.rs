@@ -147,6 +147,14 @@ static REGISTRY: &[ProtocolInfo] = &[
         build: crate::layers::lbr::build,
     },
     ProtocolInfo {
+        name: "raft-admit",
+        description: "Raft behind IDEM's acceptance test (admission control in front of any protocol, crate::admit): each replica rejects at once what exceeds its active-request threshold; options reject_threshold, admission, hold_max_ms and Raft's",
+        client: crate::layers::lbr::client,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::admit::build_raft,
+    },
+    ProtocolInfo {
         name: "nezha",
         description: "Nezha: deadline-ordered multicast (DOM) by a proxy in the client, leader's speculative fast-reply + followers' hashes (super quorum f+ceil(f/2)+1), slow path on leader + f slow-replies, VR-style view change; options commutativity, offload, dom, speculate",
         client: crate::nezha::proxy::policy,
@@ -162,6 +170,14 @@ static REGISTRY: &[ProtocolInfo] = &[
         tolerates: minority,
         build: crate::fastpaxos::build,
     },
+    ProtocolInfo {
+        name: "chain",
+        description: "Chain Replication (van Renesse & Schneider, OSDI'04): updates at the head, forwarded down the chain, applied by the tail, acks back up; queries at the tail under a read lease from the configuration group; the chain configuration (epoch, order) chosen by a majority of the replicas (Paxos per epoch), failed nodes removed, recovered ones rejoin at the tail with state transfer (options lease_ms, lease_drift_ppm)",
+        client: crate::chain::policy::client,
+        order: Order::Total,
+        tolerates: minority,
+        build: crate::chain::build,
+    },
 ];
 
 /// Failures tolerated by protocols whose quorums are majorities: ⌊(n − 1)/2⌋.
@@ -172,6 +188,14 @@ pub fn minority(n: usize) -> usize {
 /// Every registered protocol.
 pub fn all() -> &'static [ProtocolInfo] {
     REGISTRY
+}
+
+/// The mutants in a build with the `mutants` feature, none otherwise.
+fn mutants() -> &'static [ProtocolInfo] {
+    #[cfg(feature = "mutants")]
+    return crate::mutants::all();
+    #[cfg(not(feature = "mutants"))]
+    &[]
 }
 
 /// Names of the registered protocols.
@@ -185,10 +209,13 @@ pub fn client_for(name: &str) -> Option<PolicyFactory> {
     find(name).ok().map(|p| p.client)
 }
 
-/// Look a protocol up by name; the error lists the known ones.
+/// Look a protocol up by name; the error lists the known ones. Builds with the `mutants`
+/// feature (test builds only) also find the deliberately broken variants, so that tests can
+/// run them as real replicas (crates/synod/tests/nemesis.rs).
 pub fn find(name: &str) -> Result<&'static ProtocolInfo, String> {
     REGISTRY
         .iter()
+        .chain(mutants())
         .find(|p| p.name.eq_ignore_ascii_case(name))
         .ok_or_else(|| format!("unknown protocol {name:?}; known protocols: {}", names().join(", ")))
 }

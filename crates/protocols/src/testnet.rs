@@ -118,13 +118,20 @@ impl Net {
                         self.queue.push_back((id, *p, msg.clone()));
                     }
                 }
-                Action::Persist { records, .. } => node.durable.extend(records),
-                Action::RewriteDurable { records, .. } => node.durable = records,
+                // Durable at once, reported after this event's actions (like the drivers).
+                Action::Persist { records, token } => {
+                    node.durable.extend(records);
+                    followups.push(Event::Persisted { token });
+                }
+                Action::RewriteDurable { records, token } => {
+                    node.durable = records;
+                    followups.push(Event::Persisted { token });
+                }
                 Action::CompactDurable { records, token } => {
                     node.durable = records.into_iter().map(|parts| Bytes::from(parts.concat())).collect();
                     followups.push(Event::Persisted { token });
                 }
-                Action::Reply { reply, .. } => self.replies.push(reply),
+                Action::Reply { reply, .. } | Action::ReplyNow { reply, .. } => self.replies.push(reply),
                 Action::Apply { pos, cmd, reply } => {
                     let r = node.spec.apply(&mut node.sm, pos, &cmd);
                     node.applied.push((pos, cmd.clone()));
@@ -176,7 +183,14 @@ impl Net {
         }
     }
 
+    /// One event, a turn of its own.
     pub fn event(&mut self, id: NodeId, ev: Event) {
+        self.turn(id, vec![ev]);
+    }
+
+    /// Events handed over back to back, then the end of the turn (`Protocol::flush`), as the
+    /// runtime's node loop does with what it drained at once.
+    pub fn turn(&mut self, id: NodeId, events: Vec<Event>) {
         let now = self.now;
         let node = &mut self.nodes[Self::idx(id)];
         if !node.up {
@@ -185,7 +199,10 @@ impl Net {
         let mut actions = Vec::new();
         let mut ctx = Ctx::new(id, now, &mut node.rng, &mut actions);
         ctx.load = node.load;
-        node.p.on_event(&mut ctx, ev);
+        for ev in events {
+            node.p.on_event(&mut ctx, ev);
+        }
+        node.p.flush(&mut ctx);
         self.run_actions(id, actions);
     }
 
@@ -196,6 +213,7 @@ impl Net {
         let mut ctx = Ctx::new(id, now, &mut node.rng, &mut actions);
         let records = node.durable.clone();
         node.p.recover(&mut ctx, records);
+        node.p.flush(&mut ctx);
         self.run_actions(id, actions);
     }
 
@@ -273,6 +291,19 @@ impl Net {
     pub fn request(&mut self, at: NodeId, client: u64, seq: u64, op: Op) {
         let cmd = Command { client, seq, acked_below: seq, now_ms: 0, op };
         self.event(at, Event::Request { client: ClientRef { node: at, conn: client }, cmd, meta: Default::default() });
+        self.deliver_all();
+    }
+
+    /// Requests `(client, seq, op)` arriving at `at` in one turn.
+    pub fn requests_in_one_turn(&mut self, at: NodeId, reqs: Vec<(u64, u64, Op)>) {
+        let events = reqs
+            .into_iter()
+            .map(|(client, seq, op)| {
+                let cmd = Command { client, seq, acked_below: seq, now_ms: 0, op };
+                Event::Request { client: ClientRef { node: at, conn: client }, cmd, meta: Default::default() }
+            })
+            .collect();
+        self.turn(at, events);
         self.deliver_all();
     }
 

@@ -75,7 +75,7 @@ pub const NOAUTH: &str = "NOAUTH authentication required: this replica has a pas
 pub const WRONGPASS: &str = "WRONGPASS invalid password";
 
 /// Whether `given` is the configured password (constant time), or no password is configured.
-fn password_ok(configured: Option<&str>, given: &str) -> bool {
+pub(crate) fn password_ok(configured: Option<&str>, given: &str) -> bool {
     use subtle::ConstantTimeEq;
     configured.is_none_or(|p| bool::from(p.as_bytes().ct_eq(given.as_bytes())))
 }
@@ -122,35 +122,52 @@ pub async fn accept_clients(listener: TcpListener, shared: ClientShared) {
     }
 }
 
-async fn serve_client(tcp: TcpStream, conn: u64, shared: &ClientShared) -> anyhow::Result<()> {
+/// The opening of a native client connection, on a replica's client port and on a proxy's
+/// (`crate::proxy`): the TLS handshake (with `tls`), the client preamble and, with a
+/// `password`, the `Auth` that must come first (anything else, or a wrong password, is
+/// refused with `ServerMsg::Refused` and the connection ends: `Ok(None)`). Bytes read past
+/// the handshake stay in `buf`.
+pub(crate) async fn accept_handshake(
+    tcp: TcpStream,
+    tls: Option<&synod_tls::TlsAcceptor>,
+    password: Option<&str>,
+    max_frame: usize,
+    buf: &mut BytesMut,
+) -> anyhow::Result<Option<synod_tls::Stream>> {
     let _ = tcp.set_nodelay(true);
     let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        let mut stream = synod_tls::Stream::accept(tcp, shared.tls.as_ref()).await.context("TLS handshake failed")?;
+        let mut stream = synod_tls::Stream::accept(tcp, tls).await.context("TLS handshake failed")?;
         read_magic(&mut stream, CLIENT_MAGIC, "client").await?;
         Ok::<_, anyhow::Error>(stream)
     })
     .await
     .context("no client preamble in time")??;
-    let mut buf = BytesMut::with_capacity(16 * 1024);
-    if shared.password.is_some() {
+    if password.is_some() {
         // The first message must be the password; nothing else is read before it.
-        let first =
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, read_frame(&mut stream, &mut buf, shared.limits.max_frame_bytes))
-                .await
-                .context("no AUTH in time")??;
-        let Some(first) = first else { return Ok(()) };
+        let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, read_frame(&mut stream, buf, max_frame))
+            .await
+            .context("no AUTH in time")??;
+        let Some(first) = first else { return Ok(None) };
         let refusal = match wire::decode_payload::<ClientMsg>(&first)? {
-            ClientMsg::Auth { password } if password_ok(shared.password.as_deref(), &password) => None,
+            ClientMsg::Auth { password: given } if password_ok(password, &given) => None,
             ClientMsg::Auth { .. } => Some(WRONGPASS),
             _ => Some(NOAUTH),
         };
         if let Some(reason) = refusal {
-            warn!(conn, "refusing a client connection: {reason}");
+            warn!("refusing a client connection: {reason}");
             let frame = wire::frame(&ServerMsg::Refused { reason: reason.into() });
             let _ = tokio::time::timeout(Duration::from_secs(1), write_flush(&mut stream, &frame)).await;
-            return Ok(());
+            return Ok(None);
         }
     }
+    Ok(Some(stream))
+}
+
+async fn serve_client(tcp: TcpStream, conn: u64, shared: &ClientShared) -> anyhow::Result<()> {
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let handshake =
+        accept_handshake(tcp, shared.tls.as_ref(), shared.password.as_deref(), shared.limits.max_frame_bytes, &mut buf);
+    let Some(stream) = handshake.await? else { return Ok(()) };
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(REPLY_QUEUE);
     if shared.inbox.send(ClientInput::Open { conn, replies: tx.clone() }).await.is_err() {

@@ -71,6 +71,16 @@ pub struct NodeConfig {
     /// `[tls]`: TLS on this replica's ports (docs/security.md). None = no TLS anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsConfig>,
+    /// The error bound of this host's synchronized clock, in microseconds, as the clock
+    /// synchronization reports it (e.g. chrony's root dispersion, Huygens' σ): handed to the
+    /// protocol as `Ctx::clock_error`. Nezha widens its deadlines by it (§3); nothing's
+    /// correctness depends on it. 0 (default) = no error known (one host, or unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub clock_error_us: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// `[tls]`: certificate files and which ports use TLS. Every member of a cluster must agree

@@ -202,6 +202,7 @@ pub async fn run_protocol(
     if let Ok(info) = synod_protocols::registry::find(&config.protocol) {
         driver.set_order(info.order);
     }
+    driver.set_clock_error(std::time::Duration::from_micros(config.clock_error_us));
     let configured = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
     driver.set_peer_set(transport::PeerSet::new(identity, seed, configured, inbound, current_members));
     // The fault API moves the offset of the clock the node loop reads.

@@ -2,12 +2,15 @@
 //! timers.
 //!
 //! Each turn waits for at least one input, drains whatever else is ready (up to
-//! [`MAX_BATCH_EVENTS`]), hands every event to the protocol and executes the actions in order.
+//! [`MAX_BATCH_EVENTS`]), hands every event to the protocol and executes the actions in order,
+//! then tells the protocol the turn ended ([`Protocol::flush`]: a leader proposes the turn's
+//! requests together there).
 //! Records persisted anywhere in the turn go to storage immediately, but there is only ONE
 //! commit per turn (group commit), and every message, reply or result produced after the first
 //! persist of the turn is held back until that commit returned: this is the durability
 //! contract of `synod_core::protocol` ("persist, then send" is safe) at the cost of one fsync
-//! per turn rather than per record. Messages produced before any persist leave at once.
+//! per turn rather than per record. Messages produced before any persist leave at once, and
+//! so does a reply the protocol marks as depending on nothing persisted (`Action::ReplyNow`).
 //! `Persisted`, `SnapshotTaken` and messages to self become events of the next turn.
 
 use crate::client::ClientInput;
@@ -48,12 +51,31 @@ pub struct Clock {
     base: Instant,
     base_nanos: u64,
     offset_nanos: Arc<AtomicI64>,
+    /// The configured bound on this clock's error (`clock_error_us`), handed to the
+    /// protocol as `Ctx::clock_error`. An injected offset does not change it: a clock
+    /// synchronization that went wrong does not know it.
+    error: std::time::Duration,
 }
 
 impl Clock {
     pub fn new() -> Clock {
         let wall = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        Clock { base: Instant::now(), base_nanos: wall.as_nanos() as u64, offset_nanos: Default::default() }
+        Clock {
+            base: Instant::now(),
+            base_nanos: wall.as_nanos() as u64,
+            offset_nanos: Default::default(),
+            error: std::time::Duration::ZERO,
+        }
+    }
+
+    /// The same clock with the error bound `error` (`NodeConfig::clock_error_us`).
+    pub fn with_error(mut self, error: std::time::Duration) -> Clock {
+        self.error = error;
+        self
+    }
+
+    pub fn error(&self) -> std::time::Duration {
+        self.error
     }
 
     pub fn now(&self) -> Time {
@@ -213,6 +235,11 @@ impl Driver {
         &self.clock
     }
 
+    /// The bound on this replica's clock error the protocol is told (`Ctx::clock_error`).
+    pub fn set_clock_error(&mut self, error: std::time::Duration) {
+        self.clock = self.clock.clone().with_error(error);
+    }
+
     /// The replicated state machine (tests and diagnostics).
     pub fn state_machine(&self) -> &StateMachine {
         &self.sm
@@ -229,7 +256,9 @@ impl Driver {
     pub async fn recover(&mut self, records: Vec<Bytes>) -> anyhow::Result<()> {
         let mut actions = Vec::new();
         let mut ctx = Ctx::new(self.id, self.clock.now(), &mut self.rng, &mut actions);
+        ctx.clock_error = self.clock.error();
         self.protocol.recover(&mut ctx, records);
+        self.protocol.flush(&mut ctx);
         let mut turn = Turn::default();
         for a in actions {
             self.execute(a, &mut turn)?;
@@ -333,6 +362,7 @@ impl Driver {
             let kind = event_kind(&event);
             let mut ctx = Ctx::new(self.id, self.clock.at(event_started), &mut self.rng, &mut actions);
             ctx.load.queued_requests = queued;
+            ctx.clock_error = self.clock.error();
             self.protocol.on_event(&mut ctx, event);
             for a in actions.drain(..) {
                 self.execute(a, &mut turn)?;
@@ -342,6 +372,16 @@ impl Driver {
             event_started = event_done;
             if took >= SLOW_EVENT {
                 warn!(?took, event = kind, "slow event: the node loop stopped for it");
+            }
+        }
+        if n > 0 {
+            // The end of the turn: what the protocol deferred to do once per turn (e.g. the
+            // requests of the turn proposed in one log entry).
+            let mut ctx = Ctx::new(self.id, self.clock.at(event_started), &mut self.rng, &mut actions);
+            ctx.load.queued_requests = queued;
+            self.protocol.flush(&mut ctx);
+            for a in actions.drain(..) {
+                self.execute(a, &mut turn)?;
             }
         }
         if n == 0 && !turn.dirty && turn.held.is_empty() {
@@ -361,6 +401,8 @@ impl Driver {
             Action::Send { to, msg } => self.outgoing(Outgoing::Peer(to, msg), turn),
             Action::Broadcast { msg } => self.outgoing(Outgoing::Broadcast(msg), turn),
             Action::Reply { client, reply } => self.outgoing(Outgoing::Client(client, reply), turn),
+            // Depends on nothing persisted: not held by the turn's commit.
+            Action::ReplyNow { client, reply } => self.release(Outgoing::Client(client, reply)),
             Action::Persist { token, records } => {
                 if let Some(st) = self.storage.as_mut() {
                     st.append(&records).context("write-ahead log append")?;

@@ -19,6 +19,13 @@
 //! - to the replicas it sends through [`Forwarder`] (one multiplexed connection per
 //!   replica, replies routed back by (client, seq)).
 //!
+//! - security as at a replica (docs/security.md): with [`ProxySecurity`], TLS on the proxy's
+//!   ports (its own certificate, signed by the cluster's CA) and the cluster's password
+//!   asked of its clients (the native handshake is the replica's,
+//!   [`crate::client::accept_handshake`]; the Redis front end's `requirepass` is the
+//!   replica's); towards the replicas it dials TLS and authenticates with the same password
+//!   (the forwarder's, as the replicas' Redis front end does).
+//!
 //! Nothing is kept beyond the requests in flight: killing a proxy loses no acknowledged
 //! request. A client whose proxy dies retries the same (client, seq) through another proxy
 //! (the leader policy moves on to the next endpoint), and the replicas' session tables make
@@ -26,7 +33,7 @@
 
 use crate::metrics::NodeMetrics;
 use crate::resp::forward::{Forwarder, FwdEvent};
-use crate::transport::{read_frame, read_magic};
+use crate::transport::read_frame;
 use anyhow::Context as _;
 use bytes::BytesMut;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -35,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use synod_core::client_policy::{ClientAction, ClientConfig, ClientCtx, ClientPolicy, Outcome, PolicyFactory};
-use synod_core::wire::{self, ClientMsg, ServerMsg, CLIENT_MAGIC};
+use synod_core::wire::{self, ClientMsg, ServerMsg};
 use synod_core::{Command, Limits, NodeId, Reply, ReplyBody, Role, Status, Time};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -44,7 +51,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Replies queued per client connection.
 const REPLY_QUEUE: usize = 4096;
 
@@ -70,6 +76,42 @@ pub struct ProxyConfig {
     /// retries).
     pub give_up_after: Duration,
     pub limits: Limits,
+    /// The error bound of this host's clock, handed to the policy (`ClientCtx::clock_error`).
+    pub clock_error: Duration,
+    /// TLS and the password, on both sides of the proxy.
+    pub security: ProxySecurity,
+}
+
+/// A proxy's TLS and password (docs/security.md), mirroring the cluster's: `synod proxy`
+/// takes them from the replicas' config (`[tls]` flags, CA, `password`) and its own
+/// certificate.
+#[derive(Clone, Debug, Default)]
+pub struct ProxySecurity {
+    /// The proxy's certificate and key, and the cluster's CA (which the replicas'
+    /// certificates chain to). Required when either flag below is on.
+    pub tls: Option<synod_tls::NodeTls>,
+    /// TLS on the proxy's native port and towards the replicas' native ports (the cluster's
+    /// `[tls] native`).
+    pub tls_native: bool,
+    /// TLS on the proxy's Redis port (the cluster's `[tls] redis`).
+    pub tls_redis: bool,
+    /// The cluster's password: the proxy's clients must give it (native `Auth`, Redis
+    /// `AUTH`), and the proxy gives it to the replicas.
+    pub password: Option<String>,
+}
+
+impl ProxySecurity {
+    fn acceptor(&self, on: bool) -> Option<synod_tls::TlsAcceptor> {
+        self.tls.as_ref().filter(|_| on).map(|t| t.client_acceptor.clone())
+    }
+
+    /// A forwarder to the replicas, dialing as this security says.
+    fn forwarder(&self, replicas: &[(NodeId, SocketAddr)], max_frame: usize) -> Forwarder {
+        let mut f = Forwarder::new(replicas.iter().copied().collect(), max_frame);
+        let connector = self.tls.as_ref().filter(|_| self.tls_native).map(|t| t.client_connector.clone());
+        f.set_security(connector, self.password.clone());
+        f
+    }
 }
 
 impl ProxyConfig {
@@ -85,6 +127,8 @@ impl ProxyConfig {
             attempt_timeout: Duration::from_secs(1),
             give_up_after: Duration::from_secs(10),
             limits: Limits::default(),
+            clock_error: Duration::ZERO,
+            security: ProxySecurity::default(),
         }
     }
 }
@@ -109,6 +153,10 @@ impl ProxyShared {
         if cfg.replicas.iter().any(|(id, _)| *id == cfg.id) {
             anyhow::bail!("the proxy's id {} is also a replica's id", cfg.id);
         }
+        let sec = &cfg.security;
+        if (sec.tls_native || sec.tls_redis) && sec.tls.is_none() {
+            anyhow::bail!("the cluster uses TLS on its client ports: the proxy needs a certificate signed by its CA");
+        }
         let policy = synod_protocols::registry::client_for(&cfg.protocol)
             .with_context(|| format!("unknown protocol `{}`", cfg.protocol))?;
         let client_config = ClientConfig {
@@ -121,7 +169,7 @@ impl ProxyShared {
         };
         Ok(ProxyShared {
             members: cfg.replicas.iter().map(|(id, _)| *id).collect(),
-            forwarder: Forwarder::new(cfg.replicas.iter().copied().collect(), cfg.limits.max_frame_bytes),
+            forwarder: cfg.security.forwarder(&cfg.replicas, cfg.limits.max_frame_bytes),
             policy,
             client_config,
             counters: Mutex::new(BTreeMap::new()),
@@ -196,7 +244,7 @@ fn resp_shared(shared: &Arc<ProxyShared>, addr: SocketAddr) -> crate::resp::Resp
         me: cfg.id,
         protocol: format!("{}-proxy", cfg.protocol),
         limits: cfg.limits,
-        password: None,
+        password: cfg.security.password.clone(),
         in_memory: true,
         fsync: "n/a (proxy)".into(),
         resp_addr: addr,
@@ -205,7 +253,7 @@ fn resp_shared(shared: &Arc<ProxyShared>, addr: SocketAddr) -> crate::resp::Resp
         status,
         metrics: NodeMetrics::new(cfg.id),
         next_conn: Arc::new(AtomicU64::new(1)),
-        forwarder: Forwarder::new(cfg.replicas.iter().copied().collect(), cfg.limits.max_frame_bytes),
+        forwarder: cfg.security.forwarder(&cfg.replicas, cfg.limits.max_frame_bytes),
         members: shared.members.clone(),
         policy: shared.policy,
         client_config: shared.client_config.clone(),
@@ -213,7 +261,7 @@ fn resp_shared(shared: &Arc<ProxyShared>, addr: SocketAddr) -> crate::resp::Resp
         stats: Default::default(),
         started: std::time::Instant::now(),
         give_up_after: cfg.give_up_after,
-        tls: None,
+        tls: cfg.security.acceptor(cfg.security.tls_redis),
         budget: crate::budget::MemBudget::unlimited(),
         limit: crate::conn_limit::ConnLimit::new(10_000),
     }
@@ -264,16 +312,17 @@ enum Event {
 }
 
 /// Serve one client connection (any number of sessions) until it closes.
-async fn serve(mut stream: TcpStream, shared: &ProxyShared) -> anyhow::Result<()> {
-    let _ = stream.set_nodelay(true);
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, read_magic(&mut stream, CLIENT_MAGIC, "client"))
-        .await
-        .context("no client preamble in time")??;
+async fn serve(tcp: TcpStream, shared: &ProxyShared) -> anyhow::Result<()> {
+    let sec = &shared.cfg.security;
+    let max_frame = shared.cfg.limits.max_frame_bytes;
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let acceptor = sec.acceptor(sec.tls_native);
+    let handshake =
+        crate::client::accept_handshake(tcp, acceptor.as_ref(), sec.password.as_deref(), max_frame, &mut buf);
+    let Some(stream) = handshake.await? else { return Ok(()) };
     let (mut rd, mut wr) = stream.into_split();
     let (in_tx, mut in_rx) = mpsc::channel::<ClientMsg>(1024);
-    let max_frame = shared.cfg.limits.max_frame_bytes;
     let reader = tokio::spawn(async move {
-        let mut buf = BytesMut::with_capacity(16 * 1024);
         loop {
             let frame = match read_frame(&mut rd, &mut buf, max_frame).await {
                 Ok(Some(f)) => f,
@@ -319,10 +368,15 @@ async fn serve(mut stream: TcpStream, shared: &ProxyShared) -> anyhow::Result<()
                     }
                 }
                 Some(ClientMsg::Request { cmd, .. }) => conn.request(cmd).await,
-                // A proxy has no password of its own (like a replica without one): AUTH is
-                // accepted. Proxies in front of replicas with TLS or a password are not
-                // supported yet (docs/security.md).
-                Some(ClientMsg::Auth { .. }) => {}
+                // Authenticated already (or no password): a repeated AUTH with the right
+                // password is harmless; a wrong one ends the connection, as at a replica.
+                Some(ClientMsg::Auth { password }) => {
+                    if !crate::client::password_ok(sec.password.as_deref(), &password) {
+                        let reason = crate::client::WRONGPASS.to_string();
+                        let _ = conn.out.send(ServerMsg::Refused { reason }).await;
+                        break;
+                    }
+                }
                 None => break,
             },
             Some(ev) = fwd_rx.recv() => match ev {
@@ -392,6 +446,7 @@ impl Conn<'_> {
             let Some(cur) = s.current.as_mut().filter(|c| c.cmd.seq == seq) else { return };
             let mut actions = Vec::new();
             let mut cx = ClientCtx::new(wall_now(), &mut self.rng, &self.shared.members, 0, &mut actions);
+            cx.clock_error = self.shared.cfg.clock_error;
             match ev {
                 Event::Begin => s.policy.begin(&mut cx, &cur.cmd),
                 Event::Reply(r) => s.policy.on_reply(&mut cx, r),

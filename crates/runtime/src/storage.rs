@@ -44,7 +44,9 @@ pub struct WalStorage {
 impl WalStorage {
     /// Open (or create) the log in `dir`; returns the records persisted before a restart.
     pub fn open(dir: &Path, fsync: FsyncMode) -> anyhow::Result<(WalStorage, Vec<Bytes>)> {
-        let (wal, records) = Wal::open(dir, WalOptions { fsync, ..WalOptions::default() })?;
+        // Test only: emulate a power loss at every start (crates/synod/tests/crash_all.rs).
+        let power_loss = std::env::var_os("SYNOD_WAL_POWER_LOSS").is_some_and(|v| v == "1");
+        let (wal, records) = Wal::open(dir, WalOptions { fsync, power_loss, ..WalOptions::default() })?;
         Ok((WalStorage { wal, fsync }, records))
     }
 }

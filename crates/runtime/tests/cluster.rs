@@ -125,3 +125,51 @@ async fn a_dead_follower_does_not_stall_the_cluster_and_catches_up() {
         n.stop().await.unwrap();
     }
 }
+
+/// A client that connected while only one replica was up learns the others when that replica
+/// redirects it to a leader it cannot address yet. (Before, it cycled on the one replica it
+/// knew until its 30 s retry budget ran out: the first `synod bench` probe of a freshly
+/// started cluster sometimes hung that long on a quiet machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_learns_replicas_that_started_after_it_connected() {
+    let _one_cluster_at_a_time = CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, "multipaxos", Some(dir.path()), FsyncMode::Always);
+    let addrs: Vec<String> = configs.iter().map(|c| c.me().client_addr.to_string()).collect();
+
+    // Only node 1 answers when the client connects: it knows no other node id.
+    let first = Running::start(configs[0].clone());
+    let mut client = synod_client::Client::connect(&addrs).await.expect("node 1 answers");
+    first.stop().await.unwrap();
+
+    // Nodes 2 and 3 elect one of themselves; then node 1 comes back as a follower.
+    let rest: Vec<Running> = configs[1..].iter().cloned().map(Running::start).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        let mut found = None;
+        for c in &configs[1..] {
+            if common::RawClient::connect(c.me().client_addr).await.status().await.role == Role::Leader {
+                found = Some(c.id);
+            }
+        }
+        if let Some(l) = found {
+            break l;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no leader among nodes 2 and 3");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(leader, 1);
+    let first = Running::start(configs[0].clone());
+
+    // The client's home is node 1, which redirects to the leader: the put must get through
+    // well within the retry budget (30 s).
+    let started = std::time::Instant::now();
+    let put = tokio::time::timeout(Duration::from_secs(10), client.put("k", "v")).await;
+    assert!(matches!(put, Ok(Ok(()))), "put through a leader learned late: {put:?} after {:?}", started.elapsed());
+    assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"v"[..]));
+
+    first.stop().await.unwrap();
+    for n in rest {
+        n.stop().await.unwrap();
+    }
+}

@@ -59,6 +59,28 @@ pub struct CheckArgs {
     /// around these values.
     #[arg(long = "param", value_name = "KEY=VALUE")]
     pub params: Vec<String>,
+    /// Bounds of the clock faults (`skew`, `clock-jump`): initial offset up to ±this many
+    /// milliseconds …
+    #[arg(long, default_value_t = 300)]
+    pub clock_skew_ms: u64,
+    /// … drift up to ±this many ppm …
+    #[arg(long, default_value_t = 500)]
+    pub clock_drift_ppm: u32,
+    /// … and up to 3 jumps of up to ±this many milliseconds. The replicas' and clients'
+    /// clock-error bound (`Ctx::clock_error`) follows from them.
+    #[arg(long, default_value_t = 200)]
+    pub clock_jump_ms: u64,
+}
+
+impl CheckArgs {
+    /// The clock-fault bounds the flags give.
+    pub fn clock_bounds(&self) -> crate::ClockBounds {
+        crate::ClockBounds {
+            skew: std::time::Duration::from_millis(self.clock_skew_ms),
+            drift_ppm: self.clock_drift_ppm,
+            jump: std::time::Duration::from_millis(self.clock_jump_ms),
+        }
+    }
 }
 
 /// Totals over a batch of runs.
@@ -81,6 +103,8 @@ pub struct CheckSummary {
     /// Applied client commands checked against the acceptances the replicas reported
     /// (`Ghost::Accepted`, admission control).
     pub ghost_apply_checks: u64,
+    /// Implicit garbage collections checked against Theorem 6.1's rule (`Ghost::Discarded`).
+    pub ghost_discard_checks: u64,
     pub messages: u64,
     /// Virtual seconds simulated.
     pub virtual_seconds: f64,
@@ -178,6 +202,7 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
             .max(std::time::Duration::from_millis(10 * args.ops as u64 * args.clients.unwrap_or(5))),
         trace,
         params: params.clone(),
+        clocks: args.clock_bounds(),
         ..SimConfig::new(protocol, seed)
     };
     let start = Instant::now();
@@ -221,6 +246,7 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         summary.partitions += report.stats.partitions;
         summary.lease_reads += report.stats.lease_reads;
         summary.ghost_apply_checks += report.stats.ghost_apply_checks;
+        summary.ghost_discard_checks += report.stats.ghost_discard_checks;
         summary.messages += report.stats.messages_sent;
         summary.virtual_seconds += report.stats.virtual_end as f64 / 1e9;
         if args.trace {
@@ -260,6 +286,12 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
             if let Some(k) = args.keys {
                 replay.push_str(&format!(" --keys {k}"));
             }
+            if args.clock_bounds() != crate::ClockBounds::default() {
+                replay.push_str(&format!(
+                    " --clock-skew-ms {} --clock-drift-ppm {} --clock-jump-ms {}",
+                    args.clock_skew_ms, args.clock_drift_ppm, args.clock_jump_ms
+                ));
+            }
             if let Some(c) = args.clients {
                 replay.push_str(&format!(" --clients {c}"));
             }
@@ -296,6 +328,12 @@ pub fn run_check_with(protocol: &'static ProtocolInfo, args: &CheckArgs) -> i32 
         println!(
             "  ghost check (admission control): {} applied commands checked to have been accepted by a majority",
             summary.ghost_apply_checks
+        );
+    }
+    if summary.ghost_discard_checks > 0 {
+        println!(
+            "  ghost check (implicit GC): {} discards checked against Theorem 6.1's window (s only after s + r_max)",
+            summary.ghost_discard_checks
         );
     }
     if summary.lease_reads > 0 {

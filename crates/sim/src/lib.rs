@@ -20,4 +20,4 @@ pub mod sim;
 
 pub use cli::{run_check, CheckArgs};
 pub use history::{History, KvOp, KvOutput, Operation};
-pub use sim::{run, Failure, FaultSet, Probe, RunReport, ScriptedChange, ScriptedCut, SimConfig};
+pub use sim::{run, ClockBounds, Failure, FaultSet, Probe, RunReport, ScriptedChange, ScriptedCut, SimConfig};

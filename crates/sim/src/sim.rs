@@ -55,8 +55,8 @@ pub struct FaultSet {
     pub dup: bool,
     pub reorder: bool,
     pub skew: bool,
-    /// Clocks that jump (up to ±`JUMP_MAX`, forwards or backwards) and change their drift
-    /// (within ±`DRIFT_MAX_PPM`) at random moments of the fault phase. Off in `all`: only
+    /// Clocks that jump (up to ±`ClockBounds::jump`, forwards or backwards) and change their drift
+    /// (within ±`ClockBounds::drift_ppm`) at random moments of the fault phase. Off in `all`: only
     /// for protocols whose correctness claims not to depend on clocks (Nezha).
     pub clock_jump: bool,
     /// Storage with a volatile and a durable part, as a disk with `fsync = always`: a
@@ -215,6 +215,26 @@ pub struct SimConfig {
     /// Membership changes requested from the current leader at fixed virtual times,
     /// retried until one is answered `Done` (docs/design.md, "Membership").
     pub changes: Vec<ScriptedChange>,
+    /// How far the `skew` and `clock-jump` faults move clocks.
+    pub clocks: ClockBounds,
+}
+
+/// The bounds of the clock faults: with `skew`, every replica's and client's clock starts
+/// up to ±`skew` off and drifts by up to ±`drift_ppm`; with `clock-jump`, it also jumps up
+/// to `JUMPS` times by up to ±`jump` (its drift changing within ±`drift_ppm`). The
+/// replicas' and clients' `clock_error` (`Ctx`, `ClientCtx`) is the bound these imply: `skew`
+/// plus `JUMPS` × `jump` with jumps, plus `drift_ppm` of the virtual time elapsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockBounds {
+    pub skew: Duration,
+    pub drift_ppm: u32,
+    pub jump: Duration,
+}
+
+impl Default for ClockBounds {
+    fn default() -> Self {
+        ClockBounds { skew: Duration::from_millis(300), drift_ppm: 500, jump: Duration::from_millis(200) }
+    }
 }
 
 /// At `at`, ask the current leader for `change` (again every 200 ms until it is done).
@@ -263,6 +283,7 @@ impl SimConfig {
             probes: Vec::new(),
             learners: Vec::new(),
             changes: Vec::new(),
+            clocks: ClockBounds::default(),
         }
     }
 }
@@ -335,6 +356,8 @@ pub struct RunStats {
     /// Applied client commands checked against the replicas that reported accepting them
     /// (ghost facts, [`Ghost`]).
     pub ghost_apply_checks: u64,
+    /// Implicit garbage collections checked against Theorem 6.1's rule (`Ghost::Discarded`).
+    pub ghost_discard_checks: u64,
     /// The client policies' counters (`ClientPolicy::counters`, e.g. Nezha's fast and slow
     /// commits), summed over the clients.
     pub client_counters: BTreeMap<&'static str, u64>,
@@ -501,6 +524,13 @@ enum Ev {
         incarnation: u64,
         wipe: bool,
     },
+    /// The end of replica `node`'s turn ([`Protocol::flush`]): scheduled with zero delay
+    /// after its first event since the last one, so it runs after every other event due at
+    /// the same instant (those form one turn, as a real node loop drains what is ready).
+    Flush {
+        node: usize,
+        incarnation: u64,
+    },
     Heal,
     ConvergeCheck,
     Script(usize),
@@ -644,6 +674,8 @@ struct Replica {
     next_generation: u64,
     /// Bumped at every crash and restart; events of an older incarnation are dropped.
     incarnation: u64,
+    /// An `Ev::Flush` is scheduled for this incarnation (its turn has not ended yet).
+    flush_due: bool,
     rng: Rng,
     clock: Clock,
     /// Positions applied to `sm` since it was last reset (final applies only).
@@ -666,36 +698,52 @@ struct Clock {
     /// (virtual time, offset jump in ns, drift change in ppm); unused slots have time 0
     /// and no effect.
     jumps: [(u64, i64, i64); JUMPS],
+    /// The error bound the faults' bounds imply: a fixed part (skew and jumps) and a
+    /// drift that grows with virtual time.
+    error_ns: u64,
+    error_ppm: u64,
 }
 
-/// The clock-jump fault's bounds: changes per clock, largest jump, drift range.
+/// Most changes of one clock under the clock-jump fault.
 const JUMPS: usize = 3;
-const JUMP_MAX: i64 = 200 * MS as i64;
-const DRIFT_MAX_PPM: i64 = 500;
 
 impl Clock {
-    /// A random clock within the skew fault's bounds (±300 ms, ±500 ppm).
-    fn skewed(rng: &mut Rng) -> Clock {
+    /// A random clock within the skew fault's bounds.
+    fn skewed(rng: &mut Rng, b: &ClockBounds) -> Clock {
+        let skew = b.skew.as_nanos().min(i64::MAX as u128 / 4) as i64;
+        let drift = i64::from(b.drift_ppm);
         Clock {
-            skew_ns: rng.gen_range(-300 * MS as i64..=300 * MS as i64),
-            drift_ppm: rng.gen_range(-500..=500),
+            skew_ns: rng.gen_range(-skew..=skew),
+            drift_ppm: rng.gen_range(-drift..=drift),
             jumps: Default::default(),
+            error_ns: skew as u64,
+            error_ppm: drift as u64,
         }
     }
 
     /// Add up to `JUMPS` changes in the first `within` ns of the run: the offset jumps by
-    /// up to ±`JUMP_MAX` (backwards too) and the drift moves to a new value in
-    /// ±`DRIFT_MAX_PPM`.
-    fn with_jumps(mut self, rng: &mut Rng, within: u64) -> Clock {
+    /// up to ±`b.jump` (backwards too) and the drift moves to a new value in
+    /// ±`b.drift_ppm`.
+    fn with_jumps(mut self, rng: &mut Rng, within: u64, b: &ClockBounds) -> Clock {
+        let jump = b.jump.as_nanos().min(i64::MAX as u128 / 16) as i64;
+        let drift_max = i64::from(b.drift_ppm);
         let mut drift = self.drift_ppm;
         let mut at: Vec<u64> = (0..rng.gen_range(1..=JUMPS)).map(|_| rng.gen_range(1..within.max(2))).collect();
         at.sort_unstable();
         for (slot, t) in self.jumps.iter_mut().zip(at) {
-            let new_drift = rng.gen_range(-DRIFT_MAX_PPM..=DRIFT_MAX_PPM);
-            *slot = (t, rng.gen_range(-JUMP_MAX..=JUMP_MAX), new_drift - drift);
+            let new_drift = rng.gen_range(-drift_max..=drift_max);
+            *slot = (t, rng.gen_range(-jump..=jump), new_drift - drift);
             drift = new_drift;
         }
+        self.error_ns += JUMPS as u64 * jump as u64;
+        self.error_ppm = self.error_ppm.max(drift_max as u64);
         self
+    }
+
+    /// The bound on this clock's error at virtual time `now` (`Ctx::clock_error`).
+    fn error_bound(&self, now: u64) -> Duration {
+        let drift = (now as u128 * self.error_ppm as u128 / 1_000_000) as u64;
+        Duration::from_nanos(self.error_ns.saturating_add(drift))
     }
 
     fn local_time(&self, now: u64) -> Time {
@@ -886,9 +934,9 @@ impl<'a> Sim<'a> {
             .iter()
             .enumerate()
             .map(|(i, &id)| {
-                let mut clock = if f.skew { Clock::skewed(&mut setup_rng) } else { Clock::default() };
+                let mut clock = if f.skew { Clock::skewed(&mut setup_rng, &cfg.clocks) } else { Clock::default() };
                 if f.clock_jump {
-                    clock = clock.with_jumps(&mut setup_rng, cfg.fault_phase.as_nanos() as u64);
+                    clock = clock.with_jumps(&mut setup_rng, cfg.fault_phase.as_nanos() as u64, &cfg.clocks);
                 }
                 Replica {
                     id,
@@ -905,6 +953,7 @@ impl<'a> Sim<'a> {
                     timers: BTreeMap::new(),
                     next_generation: 0,
                     incarnation: 0,
+                    flush_due: false,
                     rng: derive_rng(cfg.seed, STREAM_REPLICA, (i as u64) << 32),
                     clock,
                     applied: BTreeSet::new(),
@@ -919,9 +968,9 @@ impl<'a> Sim<'a> {
                 let mut rng = derive_rng(cfg.seed, STREAM_CLIENT, i as u64);
                 let session = rng.gen_range(1..u64::MAX);
                 let home = rng.gen_range(0..n);
-                let mut clock = if f.skew { Clock::skewed(&mut rng) } else { Clock::default() };
+                let mut clock = if f.skew { Clock::skewed(&mut rng, &cfg.clocks) } else { Clock::default() };
                 if f.clock_jump {
-                    clock = clock.with_jumps(&mut rng, cfg.fault_phase.as_nanos() as u64);
+                    clock = clock.with_jumps(&mut rng, cfg.fault_phase.as_nanos() as u64, &cfg.clocks);
                 }
                 Client {
                     session,
@@ -1085,7 +1134,8 @@ impl<'a> Sim<'a> {
                 break;
             }
             self.now = s.at;
-            self.stats.events += 1;
+            // The end of a turn is not an event of its own (the budget counts inputs).
+            self.stats.events += u64::from(!matches!(s.ev, Ev::Flush { .. }));
             if self.stats.events > MAX_EVENTS {
                 self.fail(FailureKind::Liveness, format!("event budget of {MAX_EVENTS} exhausted (a timer loop?)"));
                 break;
@@ -1199,6 +1249,18 @@ impl<'a> Sim<'a> {
                     self.restart(node, wipe);
                 }
             }
+            Ev::Flush { node, incarnation } => {
+                let r = &mut self.replicas[node];
+                if r.incarnation != incarnation {
+                    return;
+                }
+                r.flush_due = false;
+                let now = r.local_time(self.now);
+                let Some(proto) = r.proto.as_mut() else { return };
+                let mut actions = Vec::new();
+                proto.flush(&mut Ctx::new(r.id, now, &mut r.rng, &mut actions));
+                self.execute(node, actions);
+            }
             Ev::Heal => self.heal(),
             Ev::Script(i) => self.apply_script(i),
             Ev::Change(i) => self.request_change(i),
@@ -1235,11 +1297,24 @@ impl<'a> Sim<'a> {
         let now = r.local_time(self.now);
         {
             let mut ctx = Ctx::new(id, now, &mut r.rng, &mut actions);
+            ctx.clock_error = r.clock.error_bound(self.now);
             proto.recover(&mut ctx, records);
         }
         r.proto = Some(proto);
+        r.flush_due = false;
         self.log(&format!("n{id}"), || format!("recover from {nrecords} records"));
         self.execute(node, actions);
+        self.end_turn_later(node);
+    }
+
+    /// Schedule the end of `node`'s current turn, unless it is already scheduled.
+    fn end_turn_later(&mut self, node: usize) {
+        let r = &mut self.replicas[node];
+        if !r.flush_due && r.proto.is_some() {
+            r.flush_due = true;
+            let incarnation = r.incarnation;
+            self.schedule(self.now, Ev::Flush { node, incarnation });
+        }
     }
 
     fn on_replica_event(&mut self, node: usize, event: Event) {
@@ -1249,9 +1324,11 @@ impl<'a> Sim<'a> {
         let mut actions = Vec::new();
         {
             let mut ctx = Ctx::new(r.id, now, &mut r.rng, &mut actions);
+            ctx.clock_error = r.clock.error_bound(self.now);
             proto.on_event(&mut ctx, event);
         }
         self.execute(node, actions);
+        self.end_turn_later(node);
     }
 
     fn execute(&mut self, node: usize, actions: Vec<Action>) {
@@ -1317,6 +1394,8 @@ impl<'a> Sim<'a> {
                     self.schedule(at, Ev::Compacted { node, incarnation, id });
                 }
                 Action::Reply { client, reply } => self.emit(node, Out::Reply { client, reply }),
+                // Depends on nothing persisted: not held behind an fsync in flight.
+                Action::ReplyNow { client, reply } => self.release_out(node, Out::Reply { client, reply }),
                 Action::Apply { pos, cmd, reply } => self.apply(node, pos, cmd, reply),
                 Action::Read { client, cmd } => {
                     // A lease read: no position, so no agreement fact; the client's history
@@ -1553,6 +1632,17 @@ impl<'a> Sim<'a> {
             Ghost::Accepted { client, seq } => {
                 self.ghost.admission = true;
                 self.ghost.accepted_by.entry((client, seq)).or_default().insert(id);
+            }
+            Ghost::Discarded { upto, newest, r_max } => {
+                self.stats.ghost_discard_checks += 1;
+                if upto.saturating_add(r_max) > newest {
+                    let detail = format!(
+                        "n{id} discarded the log up to instance {upto} with the newest instance it received at \
+                         {newest}: implicit garbage collection may drop instance s only once s + r_max = s + \
+                         {r_max} arrived (IDEM §4.4, Theorem 6.1)"
+                    );
+                    self.fail(FailureKind::Invariant, detail);
+                }
             }
         }
     }
@@ -1988,6 +2078,7 @@ impl<'a> Sim<'a> {
         let c = &mut self.clients[ci];
         let now = c.clock.local_time(self.now);
         let mut cx = ClientCtx::new(now, &mut c.rng, &self.members, c.home, &mut actions);
+        cx.clock_error = c.clock.error_bound(self.now);
         f(c.policy.as_mut(), &mut cx);
         for action in actions {
             let Some(p) = self.clients[ci].pending.as_ref() else { return };

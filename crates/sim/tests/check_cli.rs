@@ -19,6 +19,9 @@ fn args(protocol: &str) -> CheckArgs {
         trace: false,
         export_history: None,
         params: Vec::new(),
+        clock_skew_ms: 300,
+        clock_drift_ppm: 500,
+        clock_jump_ms: 200,
     }
 }
 

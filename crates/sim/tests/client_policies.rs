@@ -33,6 +33,10 @@ impl Protocol for RejectSome {
         self.inner.on_event(ctx, event)
     }
 
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        self.inner.flush(ctx)
+    }
+
     fn status(&self) -> Status {
         self.inner.status()
     }

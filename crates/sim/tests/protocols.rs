@@ -92,3 +92,32 @@ fn rich_workload_histories_are_linearizable() {
     println!("rich: {lists} list writes, {watched} watched transactions, {stamped} stamped ops");
     assert!(lists > 0 && watched > 0 && stamped > 0);
 }
+
+/// Chain replication, sweep seed 468: a chain of one (head and tail) applied an update
+/// before it was durable, crashed and lost it, then sequenced a retry of the client's
+/// request at the same position (agreement). The tail now applies durable updates only.
+#[test]
+fn chain_seed_468_the_tail_applies_only_durable_updates() {
+    let (ops, _) = check_seeds("chain", 468..469, 3, FaultSet::all());
+    assert!(ops > 0);
+}
+
+/// Chain replication, sweep seed 49: a rejoining node got the snapshot but not the updates
+/// after it, counted itself trusted and became head without a committed update. A node is
+/// trusted again only once it holds all its predecessor held when it brought it in sync.
+#[test]
+fn chain_seed_49_a_node_with_the_snapshot_alone_is_not_trusted() {
+    let (ops, _) = check_seeds("chain", 49..50, 3, FaultSet::all());
+    assert!(ops > 0);
+}
+
+/// Chain replication, sweep seed 1000576 (5 replicas): a restarted middle node (its stable
+/// point is written lazily, so it recovered with stable 0) was reset by its predecessor,
+/// truncated its whole log, crashed before the re-sent updates were durable and later became
+/// head without committed updates. A reset now keeps the updates that agree with the
+/// predecessor's, and a node that truncates is untrusted until it holds the predecessor's.
+#[test]
+fn chain_seed_1000576_a_truncating_node_is_untrusted_until_it_caught_up() {
+    let (ops, _) = check_seeds("chain", 1_000_576..1_000_577, 5, FaultSet::all());
+    assert!(ops > 0);
+}

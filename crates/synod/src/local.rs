@@ -80,6 +80,8 @@ pub fn main(args: Args) -> ExitCode {
         server_exe: None,
         tls: args.tls,
         password: args.password.clone(),
+        // The proxies' certificates, from the cluster's CA.
+        extra_certs: (1..=args.proxies).map(proxy_id).collect(),
     };
     let mut cluster = match Cluster::start(&spec) {
         Ok(c) => c,
@@ -122,6 +124,21 @@ pub fn main(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The id of proxy `i` (1-based).
+fn proxy_id(i: u32) -> u32 {
+    1000 + i
+}
+
+/// `synod proxy`'s certificate flags for proxy `id` when the cluster has generated TLS files.
+fn tls_args(cluster: &Cluster, id: u32) -> Vec<std::ffi::OsString> {
+    let dir = cluster.dir.join("tls");
+    let (cert, key) = (dir.join(format!("node{id}.pem")), dir.join(format!("node{id}.key")));
+    if !cert.exists() {
+        return Vec::new();
+    }
+    vec!["--tls-cert".into(), cert.into(), "--tls-key".into(), key.into()]
+}
+
 /// Start `args.proxies` proxy processes for the cluster, wait until each accepts
 /// connections, and print their addresses.
 fn start_proxies(args: &Args, cluster: &Cluster) -> Result<Vec<std::process::Child>, String> {
@@ -144,7 +161,8 @@ fn start_proxies(args: &Args, cluster: &Cluster) -> Result<Vec<std::process::Chi
             .arg("proxy")
             .arg("--cluster")
             .arg(&cluster.file_path)
-            .args(["--listen", &listen.to_string(), "--resp", &resp.to_string(), "--id", &(1000 + i).to_string()])
+            .args(["--listen", &listen.to_string(), "--resp", &resp.to_string(), "--id", &proxy_id(i).to_string()])
+            .args(tls_args(cluster, proxy_id(i)))
             .env("RUST_LOG", &args.log_level)
             .stdout(log)
             .stderr(log2)
@@ -167,7 +185,7 @@ fn start_proxies(args: &Args, cluster: &Cluster) -> Result<Vec<std::process::Chi
     }
     println!("{:<5} {:<8} {:<22} {:<}", "PROXY", "PID", "CLIENT", "RESP");
     for (i, pid, listen, resp) in &rows {
-        println!("{:<5} {:<8} {:<22} {}", 1000 + i, pid, listen.to_string(), resp);
+        println!("{:<5} {:<8} {:<22} {}", proxy_id(*i), pid, listen.to_string(), resp);
     }
     let endpoints: Vec<String> = rows.iter().map(|r| r.2.to_string()).collect();
     println!(

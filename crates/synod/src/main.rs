@@ -53,8 +53,22 @@ enum Command {
     Protocols,
 }
 
+/// Warnings of the client-side commands (bench, ctl, fault, scenario) on stderr: without a
+/// subscriber a run's `tracing::warn!` (a reconnect that failed, operations still open at the
+/// end) would vanish. `RUST_LOG` overrides the level. Servers and proxies set up their own.
+fn client_side_logging() {
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_string());
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Ctl(_) | Command::Bench(_) | Command::Fault(_) | Command::Scenario(_)) {
+        client_side_logging();
+    }
     match cli.command {
         Command::Server(args) => server::main(args),
         Command::Local(args) => local::main(args),

@@ -37,6 +37,18 @@ pub struct Args {
     /// One attempt without a committed answer for this long is resubmitted (§5.5).
     #[arg(long, default_value = "1s", value_parser = synod_bench::cli::parse_duration)]
     pub attempt_timeout: Duration,
+    /// The error bound of this host's synchronized clock in microseconds (Nezha widens its
+    /// deadlines by it, §3); default: the replicas' `clock_error_us`.
+    #[arg(long)]
+    pub clock_error_us: Option<u64>,
+    /// This proxy's certificate chain (PEM), signed by the cluster's CA: required when the
+    /// replicas' config has `[tls]` with `native` or `redis` on (the proxy then serves those
+    /// ports with TLS and dials the replicas with TLS, checking them against the CA).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -90,5 +102,31 @@ fn load(args: &Args) -> Result<ProxyConfig, String> {
     cfg.resp = args.resp;
     cfg.attempt_timeout = args.attempt_timeout;
     cfg.limits = node.limits;
+    cfg.clock_error = Duration::from_micros(args.clock_error_us.unwrap_or(node.clock_error_us));
+    // The cluster's security, from the replica's config: its password, and TLS where its
+    // client ports have it (with this proxy's own certificate).
+    cfg.security.password = node.password.clone();
+    if let Some(t) = &node.tls {
+        cfg.security.tls_native = t.native;
+        cfg.security.tls_redis = t.redis;
+    }
+    let wants_tls = cfg.security.tls_native || cfg.security.tls_redis;
+    cfg.security.tls = match (&args.tls_cert, &args.tls_key, &node.tls) {
+        (Some(cert), Some(key), Some(t)) => {
+            let files = synod_runtime::tls::NodeFiles { ca: t.ca.clone(), cert: cert.clone(), key: key.clone() };
+            Some(synod_runtime::tls::NodeTls::load(&files).map_err(|e| e.to_string())?)
+        }
+        (Some(_), _, None) => {
+            return Err(format!("--tls-cert: the cluster ({}) has no TLS", first.config.display()));
+        }
+        _ if wants_tls => {
+            return Err(format!(
+                "the cluster uses TLS on its client ports ({}): give the proxy its certificate, signed by the \
+                 cluster's CA (--tls-cert, --tls-key)",
+                first.config.display()
+            ));
+        }
+        _ => None,
+    };
     Ok(cfg)
 }

@@ -157,3 +157,76 @@ fn nezha_through_proxy_processes_survives_a_proxy_kill() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A proxy in front of a cluster with TLS and a password (`synod local --tls --password`)
+/// serves like a replica: with the cluster's CA and password a client commits through it
+/// (the proxy dials the replicas over TLS and authenticates to them); without the password,
+/// with a wrong one or without TLS the client gets a clear refusal; the proxy's Redis port
+/// asks for AUTH over TLS.
+#[test]
+fn a_proxy_serves_tls_and_asks_for_the_password_like_a_replica() {
+    const PASSWORD: &str = "proxy-test-password";
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--protocol", "nezha", "--in-memory", "--proxies", "1", "--tls", "--password", PASSWORD];
+    let (mut local, _) = common::start_local(dir.path(), &args);
+    // `proxies: A ...` once the proxy listens.
+    let out_path = dir.path().join("local.out");
+    let start = Instant::now();
+    let (proxy, resp) = loop {
+        let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let row = out.lines().find(|l| l.starts_with("1001 ")).map(|l| l.split_whitespace().collect::<Vec<_>>());
+        if out.lines().any(|l| l.starts_with("proxies:")) {
+            let row = row.expect("the proxy's row");
+            break (row[2].to_string(), row[3].to_string());
+        }
+        if start.elapsed() > Duration::from_secs(60) || local.try_wait().unwrap().is_some() {
+            let _ = local.kill();
+            panic!("no proxy started:\n{out}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ca = dir.path().join("tls").join("ca.pem");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async {
+        let opts = |password: Option<&str>, tls: bool| ClientOptions {
+            resolve_policy: Some(synod_protocols::registry::client_for),
+            request_timeout: Duration::from_secs(2),
+            max_retry_time: Duration::from_secs(3),
+            tls: tls.then(|| synod_client::ClientTls::from_ca_file(&ca).unwrap()),
+            password: password.map(str::to_string),
+            ..Default::default()
+        };
+        let endpoints = [proxy.clone()];
+        let mut client = Client::with_options(&endpoints, opts(Some(PASSWORD), true)).await.expect("connect");
+        for i in 0..10 {
+            client.put(format!("k{i}"), format!("v{i}")).await.unwrap_or_else(|e| panic!("put k{i}: {e}"));
+        }
+        assert_eq!(client.get("k9").await.unwrap().as_deref(), Some(&b"v9"[..]));
+        let err = Client::with_options(&endpoints, opts(None, true)).await.unwrap_err();
+        assert!(matches!(&err, synod_client::ClientError::Auth { reason, .. } if reason.starts_with("NOAUTH")), "{err}");
+        let err = Client::with_options(&endpoints, opts(Some("guess"), true)).await.unwrap_err();
+        assert!(err.to_string().contains("WRONGPASS"), "{err}");
+        assert!(Client::with_options(&endpoints, opts(Some(PASSWORD), false)).await.is_err(), "plain TCP refused");
+        // The Redis port: TLS, AUTH, then commands through the proxy.
+        let cmds = format!(
+            "*2\r\n$4\r\nAUTH\r\n${}\r\n{PASSWORD}\r\n*3\r\n$3\r\nSET\r\n$2\r\nrk\r\n$2\r\nrv\r\n*2\r\n$3\r\nGET\r\n$2\r\nk3\r\n",
+            PASSWORD.len()
+        );
+        let expected = "+OK\r\n+OK\r\n$2\r\nv3\r\n";
+        assert_eq!(common::resp_over_tls(&resp, &ca, cmds.as_bytes(), expected.len()).await, expected);
+        let noauth = common::resp_over_tls(&resp, &ca, b"*1\r\n$4\r\nPING\r\n", 8).await;
+        assert!(noauth.starts_with("-NOAUTH"), "{noauth}");
+    })
+    }));
+    // SAFETY: kill(2) on our own, unreaped child: `synod local` stops the replicas and the proxy.
+    unsafe { libc::kill(local.id() as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    while local.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = local.kill();
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}

@@ -60,9 +60,10 @@ async fn authenticated_peers_admin_token_fault_switch_and_connection_cap() {
     let peer1 = cluster.configs[0].me().peer_addr.to_string();
     assert!(forge_peer(&peer1, &cluster_name, 2, 1, Vec::new()).await, "hello without a MAC: closed");
     assert!(forge_peer(&peer1, &cluster_name, 2, 1, vec![0x5a; 32]).await, "hello with a forged MAC: closed");
-    let log = std::fs::read_to_string(cluster.log_path(1)).unwrap();
-    assert!(log.contains("sent no authentication"), "refusal logged:\n{log}");
-    assert!(log.contains("failed authentication"), "refusal logged:\n{log}");
+    let refusals = ["sent no authentication", "failed authentication"];
+    if let Err(log) = cluster.wait_log(1, &refusals, Duration::from_secs(10)).await {
+        panic!("refusals {refusals:?} logged within 10 s:\n{log}");
+    }
     client.put("k", "v2").await.unwrap();
     assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"v2"[..]));
 
@@ -143,26 +144,6 @@ async fn tls_impostor(addr: &str, files: &synod_runtime::tls::NodeFiles, from: u
     Some(tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut rest)).await.is_ok())
 }
 
-/// RESP over TLS: send `commands` (already encoded) and read until `expect` bytes arrived.
-async fn resp_over_tls(addr: &str, ca: &std::path::Path, commands: &[u8], expect: usize) -> String {
-    let connector = synod_runtime::tls::client_connector(ca).unwrap();
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let name = synod_runtime::tls::server_name_of(addr).unwrap();
-    let mut s = connector.connect(name, tcp).await.expect("TLS to the Redis port");
-    s.write_all(commands).await.unwrap();
-    s.flush().await.unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while got.len() < expect {
-        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf)).await.unwrap().unwrap();
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&got).into_owned()
-}
-
 /// Mutual TLS between replicas, TLS and a password on the native and Redis ports, against a
 /// real 3-process cluster: the cluster works for a client with the CA and the password;
 /// without TLS, without the password or with a wrong one a client gets a clear refusal; a
@@ -231,13 +212,10 @@ async fn tls_everywhere_and_native_auth() {
         Some(true),
         "node 3's certificate as node 2: closed"
     );
-    let log1 = || std::fs::read_to_string(cluster.log_path(1)).unwrap();
-    let start = std::time::Instant::now();
-    while !log1().contains("does not name synod-node-2") {
-        assert!(start.elapsed() < Duration::from_secs(20), "refusal logged:\n{}", log1());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let refusals = ["does not name synod-node-2", "TLS handshake failed"];
+    if let Err(log) = cluster.wait_log(1, &refusals, Duration::from_secs(20)).await {
+        panic!("refusals {refusals:?} logged within 20 s:\n{log}");
     }
-    assert!(log1().contains("TLS handshake failed"), "refusal logged:\n{}", log1());
     client.put("k", "v2").await.unwrap();
     assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"v2"[..]));
 
@@ -250,9 +228,9 @@ async fn tls_everywhere_and_native_auth() {
             PASSWORD.len()
         );
         let expected = format!("+OK\r\n+OK\r\n$2\r\nr{i}\r\n");
-        let got = resp_over_tls(&addr, &ours.ca, cmds.as_bytes(), expected.len()).await;
+        let got = common::resp_over_tls(&addr, &ours.ca, cmds.as_bytes(), expected.len()).await;
         assert_eq!(got, expected, "node {}", i + 1);
-        let noauth = resp_over_tls(&addr, &ours.ca, b"*1\r\n$4\r\nPING\r\n", 8).await;
+        let noauth = common::resp_over_tls(&addr, &ours.ca, b"*1\r\n$4\r\nPING\r\n", 8).await;
         assert!(noauth.starts_with("-NOAUTH"), "{noauth}");
     }
     cluster.assert_running();
@@ -356,8 +334,8 @@ async fn the_pending_request_budget_holds_against_60_connections_sending_64_mib_
     );
     assert!(refused_redis > 0, "Redis connections beyond the budget get the error");
     assert!(peak - before < 1 << 30, "RSS grew by {} MiB", (peak - before) >> 20);
-    let log = std::fs::read_to_string(cluster.log_path(1)).unwrap();
-    assert!(log.contains("memory budget for pending requests exhausted"), "refusals logged");
+    let budget = ["memory budget for pending requests exhausted"];
+    assert!(cluster.wait_log(1, &budget, Duration::from_secs(10)).await.is_ok(), "refusals logged");
     // An ordinary client is still served while the budget is held by the others.
     client.put("k", "v2").await.unwrap();
     assert_eq!(client.get("k").await.unwrap().as_deref(), Some(&b"v2"[..]));

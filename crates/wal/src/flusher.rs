@@ -26,6 +26,8 @@ struct Shared {
     wake: Condvar,
     interval: Duration,
     syncs: Arc<AtomicU64>,
+    /// Note each sync's durable length (`crate::power_loss`).
+    power_loss: bool,
 }
 
 impl Shared {
@@ -47,12 +49,14 @@ impl Flusher {
         path: PathBuf,
         interval: Duration,
         syncs: Arc<AtomicU64>,
+        power_loss: bool,
     ) -> std::io::Result<Flusher> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State { file, path, dirty_since: None, shutdown: false, error: None }),
             wake: Condvar::new(),
             interval,
             syncs,
+            power_loss,
         });
         let thread = std::thread::Builder::new().name("synod-wal-flusher".into()).spawn({
             let shared = shared.clone();
@@ -121,7 +125,15 @@ fn run(shared: &Shared) {
                 st.dirty_since = None;
                 let (file, path) = (st.file.clone(), st.path.clone());
                 drop(st);
-                let result = file.sync_data();
+                // The sync covers at least the bytes written before it starts.
+                let covered = if shared.power_loss { file.metadata().map(|m| m.len()) } else { Ok(0) };
+                let result = covered.and_then(|covered| {
+                    file.sync_data()?;
+                    if shared.power_loss {
+                        crate::power_loss::note_durable(&path, covered, false).map_err(std::io::Error::other)?;
+                    }
+                    Ok(())
+                });
                 st = shared.lock();
                 match result {
                     Ok(()) => {

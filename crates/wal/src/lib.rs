@@ -91,6 +91,7 @@ mod flusher;
 mod format;
 mod log;
 mod options;
+mod power_loss;
 mod recover;
 
 pub use error::WalError;

@@ -5,6 +5,7 @@ use crate::error::WalError;
 use crate::flusher::Flusher;
 use crate::format::{encode_record, temp_name, write_record_parts, SegmentHeader, HEADER_LEN};
 use crate::options::{FsyncMode, WalOptions};
+use crate::power_loss;
 use crate::recover::{recover, segment_path, sync_dir, Recovered};
 use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
@@ -77,16 +78,24 @@ struct Queued {
 
 impl Disk {
     pub fn open(dir: &Path, opts: WalOptions) -> Result<(Disk, Vec<Bytes>), WalError> {
+        if opts.power_loss {
+            let dropped = power_loss::lose_unsynced(dir)?;
+            tracing::info!(dir = %dir.display(), dropped, "power-loss emulation: the log keeps only what was fsynced");
+        }
         let (first_seq, seq, path, file, size, sealed_bytes, segments, records) = match recover(dir)? {
             Recovered::Fresh { next_seq } => {
                 // A new log starts with an empty base segment, so that "the oldest live
                 // segment is a base" always holds and a lost first segment is detectable.
-                let (file, path, size) = create_segment(dir, next_seq, SegmentHeader::base(0), &[])?;
+                let (file, path, size) = create_segment(dir, next_seq, SegmentHeader::base(0), &[], opts.power_loss)?;
                 (next_seq, next_seq, path, file, size, 0, 1, Vec::new())
             }
             Recovered::Existing(e) => {
                 let file =
                     OpenOptions::new().append(true).open(&e.last_path).map_err(WalError::io("open", &e.last_path))?;
+                if opts.power_loss {
+                    // Recovery may have cut a torn tail: what is left is what survived.
+                    power_loss::note_durable(&e.last_path, e.last_size, true)?;
+                }
                 (
                     e.first_seq,
                     e.last_seq,
@@ -102,7 +111,7 @@ impl Disk {
         let syncs = Arc::new(AtomicU64::new(0));
         let flusher = match opts.fsync {
             FsyncMode::Batch => Some(
-                Flusher::start(file.clone(), path.clone(), opts.batch_interval, syncs.clone())
+                Flusher::start(file.clone(), path.clone(), opts.batch_interval, syncs.clone(), opts.power_loss)
                     .map_err(WalError::io("start the flusher thread for", dir))?,
             ),
             FsyncMode::Never | FsyncMode::Always => None,
@@ -220,6 +229,9 @@ impl Disk {
 
     fn sync_data(&mut self) -> Result<(), WalError> {
         self.file.sync_data().map_err(WalError::io("fdatasync", &self.path))?;
+        if self.opts.power_loss {
+            power_loss::note_durable(&self.path, self.size, false)?;
+        }
         self.syncs.fetch_add(1, Ordering::Relaxed);
         if let Some(f) = &self.flusher {
             f.mark_clean();
@@ -233,7 +245,8 @@ impl Disk {
         // damage in a sealed segment as corruption rather than as a torn write.
         self.sync_data()?;
         let seq = self.seq + 1;
-        let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::plain(self.size), &[])?;
+        let (file, path, size) =
+            create_segment(&self.dir, seq, SegmentHeader::plain(self.size), &[], self.opts.power_loss)?;
         tracing::debug!(path = %path.display(), "write-ahead log rotated to a new segment");
         self.sealed_bytes += self.size;
         self.segments += 1;
@@ -270,7 +283,8 @@ impl Disk {
         let seq = self.seq + 1;
         // Once this returns, the new base is durable under its final name and is what open()
         // recovers; before that, the old segments are untouched.
-        let (file, path, size) = create_segment(&self.dir, seq, SegmentHeader::base(count), body)?;
+        let (file, path, size) =
+            create_segment(&self.dir, seq, SegmentHeader::base(count), body, self.opts.power_loss)?;
         self.switch_to_base(seq, file, path, size, false);
         Ok(())
     }
@@ -410,6 +424,10 @@ impl Disk {
         // From here on the new base is what open() recovers (once the directory is synced).
         let r = sync_dir(&self.dir);
         self.poison_on_err(r)?;
+        if self.opts.power_loss {
+            let r = power_loss::note_durable(&path, size + tail.len() as u64, false);
+            self.poison_on_err(r)?;
+        }
         self.syncs.fetch_add(1, Ordering::Relaxed);
         self.switch_to_base(rw.seq, Arc::new(file), path, size + tail.len() as u64, true);
         Ok(())
@@ -443,6 +461,7 @@ impl Drop for Disk {
 fn remove_segments(dir: &Path, obsolete: std::ops::RangeInclusive<u64>) {
     for s in obsolete {
         let p = segment_path(dir, s);
+        power_loss::remove_marker(&p);
         if let Err(e) = fs::remove_file(&p) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(path = %p.display(), error = %e, "cannot remove an obsolete write-ahead log segment; open() will retry");
@@ -456,12 +475,13 @@ fn remove_segments(dir: &Path, obsolete: std::ops::RangeInclusive<u64>) {
 
 /// Create segment `seq` holding `header` and `body` atomically: write it under a temporary
 /// name, fsync it, rename it into place and fsync the directory. Returns the open file (for
-/// further appends), its path and its size.
+/// further appends), its path and its size. `power_loss`: note it durable (see `power_loss.rs`).
 fn create_segment(
     dir: &Path,
     seq: u64,
     header: SegmentHeader,
     body: &[u8],
+    power_loss: bool,
 ) -> Result<(Arc<File>, PathBuf, u64), WalError> {
     let (file, size) = write_temp_segment(dir, seq, header, |w| w.write_all(body).map(|()| body.len() as u64))?;
     let tmp = dir.join(temp_name(seq));
@@ -471,6 +491,9 @@ fn create_segment(
         return Err(WalError::io("rename a new segment into", &path)(e));
     }
     sync_dir(dir)?;
+    if power_loss {
+        power_loss::note_durable(&path, size, false)?;
+    }
     Ok((Arc::new(file), path, size))
 }
 

@@ -74,6 +74,10 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// In [`FsyncMode::Batch`], the longest time a committed record waits for `fdatasync`.
     pub batch_interval: Duration,
+    /// Test only: emulate a power loss at every open (see `power_loss.rs`): each segment keeps
+    /// only the bytes an fsync covered before, so a crash test with real processes (whose
+    /// SIGKILL keeps the page cache) sees what a machine crash would lose.
+    pub power_loss: bool,
 }
 
 impl WalOptions {
@@ -89,6 +93,7 @@ impl Default for WalOptions {
             fsync: FsyncMode::default(),
             segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
             batch_interval: Self::DEFAULT_BATCH_INTERVAL,
+            power_loss: false,
         }
     }
 }

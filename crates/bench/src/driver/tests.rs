@@ -185,6 +185,8 @@ async fn broken_connections_are_counted_and_reopened() {
     assert_eq!(r.summary.all().errors, 1);
     assert_eq!(r.summary.all().ok, 99);
     assert_eq!(f.connects.load(Ordering::SeqCst), 2);
+    // The run says why its operation failed.
+    assert_eq!(r.error_reasons, vec![("connection failed: scripted break".to_string(), 1)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,6 +198,26 @@ async fn hung_operations_time_out_as_errors() {
     let r = run(f.connect(script), workload("c"), &cfg, Stop::new()).await.unwrap();
     assert_eq!(r.summary.all().errors, 1);
     assert_eq!(r.summary.all().ok, 19);
+    assert_eq!(r.error_reasons, vec![("no answer within the operation timeout (100ms)".to_string(), 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_reasons_are_bounded() {
+    // A target failing every operation with a new reason: a few reasons are kept, the rest
+    // are counted together, every error is counted once.
+    struct Distinct(u64);
+    impl Target for Distinct {
+        async fn execute(&mut self, _op: &BenchOp) -> Result<Outcome, TargetError> {
+            self.0 += 1;
+            Ok(Outcome::Error(format!("failure {}", self.0)))
+        }
+    }
+    let cfg = RunConfig::closed(1, RunBound::Ops(50));
+    let r = run(|_| std::future::ready(Ok(Distinct(0))), workload("c"), &cfg, Stop::new()).await.unwrap();
+    assert_eq!(r.summary.all().errors, 50);
+    assert_eq!(r.error_reasons.len(), MAX_ERROR_REASONS + 1);
+    assert_eq!(r.error_reasons.iter().map(|(_, n)| n).sum::<u64>(), 50);
+    assert!(r.error_reasons.contains(&("other reasons".to_string(), 50 - MAX_ERROR_REASONS as u64)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

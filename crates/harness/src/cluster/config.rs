@@ -90,6 +90,7 @@ pub(super) fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)
                 ips.extend(m.resp_addr.map(|a| a.ip()));
                 (m.id, ips)
             })
+            .chain(spec.extra_certs.iter().map(|&id| (id, vec![std::net::IpAddr::from([127, 0, 0, 1])])))
             .collect();
         Some(synod_runtime::tls::generate(&dir.join("tls"), &nodes).map_err(|e| e.to_string())?)
     } else {
@@ -113,6 +114,7 @@ pub(super) fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)
             admin: synod_runtime::AdminConfig { token: Some(admin_token.clone()), ..Default::default() },
             max_connections: synod_runtime::NodeConfig::DEFAULT_MAX_CONNECTIONS,
             max_pending_bytes: synod_runtime::NodeConfig::DEFAULT_MAX_PENDING_BYTES,
+            clock_error_us: 0,
             tls: tls.as_ref().map(|g| {
                 let files = &g.nodes.iter().find(|(id, _)| *id == m.id).expect("a certificate per member").1;
                 synod_runtime::TlsConfig {

@@ -79,6 +79,9 @@ pub struct Spec {
     pub tls: bool,
     /// The replicas' `password` (native AUTH and Redis `requirepass`); None = none.
     pub password: Option<String>,
+    /// With `tls`: more identities the throwaway CA certifies, `<dir>/tls/node<id>.pem` and
+    /// `.key` naming `synod-node-<id>`, `localhost` and 127.0.0.1 (proxies).
+    pub extra_certs: Vec<u32>,
 }
 
 /// Why a cluster could not be started: bad settings (exit code 2) or a failure (1).

@@ -65,6 +65,7 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
         params: v.params.clone(),
         server_exe: s.server_exe.clone(),
         tls: false,
+        extra_certs: Vec::new(),
         password: None,
     };
     let cluster = Cluster::start(&spec).map_err(|e| match e {

@@ -143,9 +143,10 @@ pub struct Chain {
     next_token: u64,
     /// In sync with the predecessor in this epoch (the head always is).
     synced: bool,
-    /// Not outside the chain since the last sync (persisted): a node that was removed holds
-    /// updates no one else may have (it was head once) until a predecessor resets it, so it
-    /// must not become head before that.
+    /// Holds every committed update (persisted): false from the moment the node is outside
+    /// the chain — it may hold updates no one else has (it was head once) and lack committed
+    /// ones — until a predecessor reset it and it holds all the predecessor held then. Only
+    /// a trusted node may become head.
     trusted: bool,
     /// Replicas whose last `Alive` said they are not trusted.
     untrusted_reports: std::collections::BTreeSet<NodeId>,
@@ -159,6 +160,12 @@ pub struct Chain {
     /// Clients waiting at the head, by sequence number.
     waiters: BTreeMap<u64, ClientRef>,
     stable_persisted: u64,
+    /// Every update up to here is durable in this replica's WAL; the tail applies (makes
+    /// visible, answers) only those: an update it applied and then lost in a crash could
+    /// otherwise be sequenced again, differently, by this node as a later head.
+    durable: u64,
+    /// Persists of updates not yet reported durable: (token, highest update carried).
+    unsynced: std::collections::VecDeque<(u64, u64)>,
 
     // --- counters ---
     reads: u64,
@@ -233,6 +240,8 @@ impl Chain {
             succ_have_at_tick: 0,
             waiters: BTreeMap::new(),
             stable_persisted: 0,
+            durable: 0,
+            unsynced: Default::default(),
             reads: 0,
             repairs: 0,
             transfers: 0,
@@ -253,7 +262,42 @@ impl Chain {
         }
         let token = self.next_token;
         self.next_token += 1;
+        let upto =
+            records.iter().filter_map(|r| if let Record::Entry { seq, .. } = r { Some(*seq) } else { None }).max();
+        if let Some(upto) = upto {
+            self.unsynced.push_back((token, upto));
+        }
         ctx.persist(token, records.iter().map(synod_core::protocol::encode).collect());
+    }
+
+    /// The driver reports records durable: so are the updates they and every earlier
+    /// persist carried (the drivers make persists durable in order).
+    fn on_persisted(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+        while let Some(&(t, upto)) = self.unsynced.front() {
+            if t > token {
+                break;
+            }
+            self.unsynced.pop_front();
+            self.durable = self.durable.max(upto.min(self.last));
+        }
+        if self.is_tail() && self.synced {
+            let before = self.stable;
+            self.apply_durable(ctx);
+            if self.stable > before {
+                if let Some(pred) = self.cfg.pred(self.me) {
+                    ctx.send(pred, &Msg::Ack { epoch: self.cfg.epoch, stable: self.stable, have: self.last });
+                }
+            }
+        }
+    }
+
+    /// Updates after `after` are gone (a repair reset or a snapshot replacing the log):
+    /// persists still in flight no longer vouch for what now sits at those positions.
+    fn forget_unsynced_after(&mut self, after: u64) {
+        self.durable = self.durable.min(after);
+        for entry in self.unsynced.iter_mut() {
+            entry.1 = entry.1.min(after);
+        }
     }
 
     /// Send `msg` to `to`; a message to this replica itself is handled at once.
@@ -376,6 +420,8 @@ impl Protocol for Chain {
         self.log.split_off(&expect);
         self.last = expect - 1;
         self.stable = self.stable.min(self.last).max(self.snap_index);
+        // Everything recovered is durable.
+        self.durable = self.last;
         if let Some(data) = &self.snapshot {
             ctx.push(Action::InstallSnapshot { data: data.clone() });
         }
@@ -402,7 +448,8 @@ impl Protocol for Chain {
             }
             Event::Request { client, cmd, .. } => self.on_request(ctx, client, cmd),
             Event::Timer(TIMER_TICK) => self.tick(ctx),
-            Event::Timer(_) | Event::Persisted { .. } => {}
+            Event::Persisted { token } => self.on_persisted(ctx, token),
+            Event::Timer(_) => {}
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
             Event::Reconfigure { client, id, .. } => {
                 let reason = "chain replication reconfigures itself: failed replicas are removed and recovered ones rejoin at the tail".to_string();
@@ -426,6 +473,7 @@ impl Protocol for Chain {
         extra.insert("chain".into(), self.cfg.to_string());
         extra.insert("tail".into(), self.cfg.tail().map(|t| t.to_string()).unwrap_or_default());
         extra.insert("synced".into(), self.synced.to_string());
+        extra.insert("trusted".into(), self.trusted.to_string());
         extra.insert("last".into(), self.last.to_string());
         extra.insert("sent".into(), self.last.saturating_sub(self.stable).to_string());
         extra.insert("lease_reads".into(), self.reads.to_string());

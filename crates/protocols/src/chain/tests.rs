@@ -279,3 +279,41 @@ fn the_client_policy_sends_updates_to_the_head_and_queries_to_the_tail() {
     policy.begin(&mut cx, &cmd(get("k")));
     assert_eq!(sends(&actions), vec![1, 3]);
 }
+
+/// Sweep seed 49: a rejoining node got its predecessor's snapshot but not the updates after
+/// it (the reset `Forward` was reordered before the snapshot and dropped, the re-sends were
+/// lost); it counted itself in sync and trusted, and when its predecessor failed it became
+/// head without an update committed before it joined — and sequenced another one there.
+#[test]
+fn a_node_with_the_snapshot_alone_does_not_become_head() {
+    let params = ProtocolParams { snapshot_every: 2, ..ProtocolParams::default() };
+    let mut net = net_with(3, params);
+    assert_eq!(run(&mut net, 1, 1, 1, put("k1", "v1")), DONE);
+    net.cut(&[(2, 1), (2, 3)]);
+    until(&mut net, "2 removed", |n| chain_of(n, 1) == "e2[1→3]" && chain_of(n, 3) == "e2[1→3]");
+    for i in 2..=5u64 {
+        assert_eq!(run(&mut net, 1, 1, i, put(&format!("k{i}"), "v")), DONE);
+    }
+    until(&mut net, "3 applied 5", |n| n.executed(3) == 5);
+    // 1 goes away; 2 comes back and 3 brings it in at the tail, but every `Forward` to it is
+    // lost: it gets 3's snapshot (at 4) and not update 5, committed in epoch 2.
+    net.drop = Box::new(|from, to, msg| {
+        from == 1 || to == 1 || (from == 3 && to == 2 && matches!(decode::<Msg>(msg), Ok(Msg::Forward { .. })))
+    });
+    until(&mut net, "2 at the tail", |n| chain_of(n, 3).ends_with("[3→2]") && chain_of(n, 2).ends_with("[3→2]"));
+    until(&mut net, "2 installed the snapshot", |n| n.node(2).p.status().extra["synced"] == "true");
+    assert_eq!(net.node(2).p.status().extra["last"], "4");
+    assert_eq!(net.node(2).p.status().extra["trusted"], "false", "trusted without update 5");
+    // 3 fails: 2 must not become head (it would give position 5 to another update).
+    net.crash(3);
+    net.run_for(Duration::from_secs(2));
+    assert!(chain_of(&net, 2).ends_with("[3→2]"), "2 became head lacking update 5: {}", chain_of(&net, 2));
+    assert_eq!(run(&mut net, 2, 1, 6, put("k6", "w")), ReplyBody::NotLeader { leader: Some(3) });
+    // 3 comes back; everyone heals and converges.
+    net.drop = Box::new(|_, _, _| false);
+    net.restart(3);
+    until(&mut net, "converged", |n| (1..=3).all(|i| n.executed(i) == 5));
+    let head = net.node(3).p.status().leader.expect("a head");
+    assert_eq!(run(&mut net, head, 1, 7, put("k7", "x")), DONE);
+    net.assert_agreement();
+}

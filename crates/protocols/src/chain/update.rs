@@ -39,8 +39,8 @@ impl Chain {
             self.apply_upto(ctx, seq);
         }
         if self.is_tail() {
-            // A chain of one: the head is the tail.
-            self.apply_upto(ctx, self.last);
+            // A chain of one: the head is the tail; it applies the update once it is durable.
+            self.apply_durable(ctx);
         } else {
             self.push_forward(ctx);
         }
@@ -85,18 +85,32 @@ impl Chain {
             if !self.synced {
                 // Repair (§3): our predecessor's history is authoritative past what we
                 // applied; drop our unacknowledged suffix and take its.
-                if after != self.stable {
+                if after != self.stable || first != after + 1 {
                     return;
                 }
-                if self.last > after {
-                    self.log.split_off(&(after + 1));
-                    self.last = after;
-                    self.persist(ctx, vec![Record::Truncate { after }]);
+                // Keep the updates that agree with the predecessor's; drop from the first
+                // that differs (or that this chunk does not cover).
+                let mut keep = after;
+                for (i, cmd) in entries.iter().enumerate() {
+                    let seq = first + i as u64;
+                    if self.log.get(&seq) != Some(cmd) {
+                        break;
+                    }
+                    keep = seq;
+                }
+                if self.last > keep {
+                    // Until the predecessor's updates replace the dropped ones this node may
+                    // lack committed updates (a crash may take the re-sent ones): untrusted,
+                    // durably before the truncation, so it does not become head meanwhile.
+                    self.set_trusted(ctx, false);
+                    self.log.split_off(&(keep + 1));
+                    self.last = keep;
+                    self.forget_unsynced_after(keep);
+                    self.persist(ctx, vec![Record::Truncate { after: keep }]);
                 }
                 self.synced = true;
                 self.catchup_to = upto;
                 self.repairs += 1;
-                self.set_trusted(ctx, true);
             }
         }
         if !self.synced {
@@ -116,9 +130,10 @@ impl Chain {
             records.push(Record::Entry { seq, cmd });
         }
         self.persist(ctx, records);
+        self.maybe_trusted(ctx);
         if self.is_tail() {
-            // §2: the tail's history is the state; everything it holds is processed.
-            self.apply_upto(ctx, self.last);
+            // §2: the tail's history is the state; everything it holds durably is processed.
+            self.apply_durable(ctx);
         } else {
             self.push_forward(ctx);
         }
@@ -153,6 +168,12 @@ impl Chain {
         self.push_forward(ctx);
     }
 
+    /// The tail: process every update it holds durably (§2: the tail's history is the
+    /// state; the rest follows when the driver reports it durable, `on_persisted`).
+    pub(super) fn apply_durable(&mut self, ctx: &mut Ctx<'_>) {
+        self.apply_upto(ctx, self.last.min(self.durable));
+    }
+
     /// Apply the updates up to `upto` (they are stable: the tail has processed them); the
     /// head answers the clients waiting for them.
     pub(super) fn apply_upto(&mut self, ctx: &mut Ctx<'_>, upto: u64) {
@@ -182,7 +203,9 @@ impl Chain {
 
     /// The successor is (re)starting in this epoch: it applied up to `stable`.
     pub(super) fn on_need(&mut self, ctx: &mut Ctx<'_>, from: NodeId, stable: u64) {
-        if self.cfg.succ(self.me) != Some(from) || !self.synced || stable > self.last {
+        // Only a node holding every committed update brings a successor in sync: what it
+        // sends (up to `upto`) is what makes the successor trusted.
+        if self.cfg.succ(self.me) != Some(from) || !self.synced || !self.trusted || stable > self.last {
             return;
         }
         self.succ_synced = true;
@@ -210,9 +233,11 @@ impl Chain {
         }
         ctx.push(Action::InstallSnapshot { data: data.clone() });
         self.log.clear();
+        self.forget_unsynced_after(index);
         self.snap_index = index;
         self.stable = index;
         self.last = index;
+        self.durable = index;
         self.stable_persisted = index;
         self.snapshot = Some(data);
         self.snap_req = None;
@@ -224,9 +249,9 @@ impl Chain {
         self.synced = true;
         self.catchup_to = upto;
         self.transfers += 1;
-        self.set_trusted(ctx, true);
+        self.maybe_trusted(ctx);
         if self.is_tail() {
-            self.apply_upto(ctx, self.last);
+            self.apply_durable(ctx);
         }
         ctx.send(from, &Msg::Ack { epoch: self.cfg.epoch, stable: self.stable, have: self.last });
     }
@@ -275,8 +300,18 @@ impl Chain {
         if let Some(pred) = self.cfg.pred(self.me) {
             ctx.send(pred, &Msg::Need { epoch: self.cfg.epoch, stable: self.stable });
         } else if self.is_tail() {
-            // A chain of one: a new tail processes everything it holds.
-            self.apply_upto(ctx, self.last);
+            // A chain of one: a new tail processes everything it holds durably.
+            self.apply_durable(ctx);
+        }
+    }
+
+    /// A node brought in sync by its predecessor is trusted again (may become head) only
+    /// once it holds everything the predecessor held then (`catchup_to`): that includes
+    /// every committed update, and a snapshot or a first chunk alone does not (the rest may
+    /// be lost on the way, and the predecessor may fail before re-sending it).
+    fn maybe_trusted(&mut self, ctx: &mut Ctx<'_>) {
+        if self.synced && !self.trusted && self.last >= self.catchup_to {
+            self.set_trusted(ctx, true);
         }
     }
 

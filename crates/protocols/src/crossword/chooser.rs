@@ -14,10 +14,19 @@
 //! the same instance sent before it, its own included. A leader's outbound links share its
 //! network interface (the paper shapes each host's NIC), so a piece waits behind the whole
 //! backlog and behind the pieces to the followers sent first; fitted on the message alone the
-//! line is nearly flat (the queue wait dominates), and fitted on the follower's own queue the
-//! intercept absorbs the send order learnt under one configuration, so the full copy, once
-//! chosen, kept winning on a saturated NIC. The estimate for a candidate is likewise taken at
-//! the current backlog plus the candidate's pieces up to that follower.
+//! line is nearly flat (the queue wait dominates). The x axis is thus the NIC's, shared by
+//! every configuration: samples taken under one configuration inform the estimates of all of
+//! them, so no candidate goes unexplored for lack of samples at its sizes.
+//!
+//! The estimate for a candidate is taken at the backlog *as the candidate would have made
+//! it*: the payload bytes in flight (per follower, unanswered) times the candidate's share
+//! `c/d`, plus its pieces up to that follower. This is the steady state of choosing the
+//! candidate for every instance, which is what the paper's fit on the message size implies
+//! (there the slope absorbs the queue of like messages ahead and scales with the size). Taken
+//! at the actual backlog instead, a saturated NIC's queue of full copies is the same for
+//! every candidate, the candidates differ by the new instance's own pieces only (≈ 0.7 ms
+//! in 16 ms at 4 KB over 31.25 Mbit/s, inside the near-tie margin), and the full copy, once
+//! chosen, kept winning although one shard each triples the throughput (Fig. 6 at 128 KB).
 //!
 //! §4.3: with followers down only configurations they leave live may be chosen: candidates
 //! whose `q − 1` exceeds the followers heard from within the window are excluded, so with
@@ -106,9 +115,25 @@ pub fn grow_unbalanced(
     Some(counts)
 }
 
-/// Bytes of one Accept to one follower: (follower, its bytes, bytes ahead of it on the
-/// leader's way out at the send, its own included — the sample's size).
-type Queued = (NodeId, usize, usize);
+/// One Accept to one follower: the follower, its bytes and the instance's payload bytes,
+/// and the bytes ahead of it on the leader's way out at the send, its own included (the
+/// sample's size).
+#[derive(Clone, Copy, Debug)]
+struct Queued {
+    peer: NodeId,
+    bytes: usize,
+    payload: usize,
+    ahead: usize,
+}
+
+/// What is sent to one follower and not yet answered.
+#[derive(Clone, Copy, Debug, Default)]
+struct Outstanding {
+    /// The bytes of its pieces.
+    bytes: usize,
+    /// The payload bytes of the instances those pieces belong to.
+    payload: usize,
+}
 
 /// Per-follower response-time models and the choice among candidate configurations.
 #[derive(Debug, Default)]
@@ -119,35 +144,37 @@ pub struct Chooser {
     /// Accepts in flight: slot → (sent at, per follower: its bytes and the bytes ahead of it
     /// at the send, its own included — the sample's size).
     sent: BTreeMap<u64, (Time, Vec<Queued>)>,
-    /// Bytes sent to each follower in rounds it has not answered. Their sum is what a new
+    /// Sent to each follower in rounds it has not answered. The bytes' sum is what a new
     /// Accept queues behind on the leader's network interface, which every outbound link
     /// shares (the paper shapes each host's NIC); on a link of its own it is proportional to
     /// the follower's own queue as long as the followers get alike pieces.
-    outstanding: BTreeMap<NodeId, usize>,
+    outstanding: BTreeMap<NodeId, Outstanding>,
 }
 
 impl Chooser {
-    /// The Accepts of `slot` left at `now`, carrying `bytes` to each follower, in the order
-    /// they were sent.
-    pub fn on_send(&mut self, now: Time, slot: u64, bytes: Vec<(NodeId, usize)>) {
+    /// The Accepts of `slot`, an instance of `payload` bytes, left at `now`, carrying `bytes`
+    /// to each follower, in the order they were sent.
+    pub fn on_send(&mut self, now: Time, slot: u64, payload: usize, bytes: Vec<(NodeId, usize)>) {
         // Forget rounds older than the window (their answers are outliers or lost).
         while let Some((&s, &(at, _))) = self.sent.iter().next() {
             if now.since(at) <= WINDOW {
                 break;
             }
             if let Some((_, left)) = self.sent.remove(&s) {
-                for (p, size, _) in left {
-                    self.release(p, size);
+                for piece in left {
+                    self.release(&piece);
                 }
             }
         }
         let mut ahead = self.backlog();
         let bytes = bytes
             .into_iter()
-            .map(|(p, size)| {
-                *self.outstanding.entry(p).or_default() += size;
+            .map(|(peer, size)| {
+                let o = self.outstanding.entry(peer).or_default();
+                o.bytes += size;
+                o.payload += payload;
                 ahead += size;
-                (p, size, ahead)
+                Queued { peer, bytes: size, payload, ahead }
             })
             .collect();
         self.sent.insert(slot, (now, bytes));
@@ -155,27 +182,35 @@ impl Chooser {
 
     /// Bytes sent and not yet answered, all followers together.
     fn backlog(&self) -> usize {
-        self.outstanding.values().sum()
+        self.outstanding.values().map(|o| o.bytes).sum()
     }
 
-    fn release(&mut self, peer: NodeId, size: usize) {
-        if let Some(q) = self.outstanding.get_mut(&peer) {
-            *q = q.saturating_sub(size);
+    /// The payload bytes of the pieces sent and not yet answered, all followers together:
+    /// the backlog a configuration sending `r` payload bytes per payload byte to each
+    /// follower would have made is `r` times this.
+    fn payload_backlog(&self) -> usize {
+        self.outstanding.values().map(|o| o.payload).sum()
+    }
+
+    fn release(&mut self, piece: &Queued) {
+        if let Some(o) = self.outstanding.get_mut(&piece.peer) {
+            o.bytes = o.bytes.saturating_sub(piece.bytes);
+            o.payload = o.payload.saturating_sub(piece.payload);
         }
     }
 
     /// `from` accepted `slot` at `now`: one sample.
     pub fn on_ack(&mut self, now: Time, from: NodeId, slot: u64) {
         let Some((at, bytes)) = self.sent.get_mut(&slot) else { return };
-        let Some(i) = bytes.iter().position(|(p, _, _)| *p == from) else { return };
-        let (_, size, queued) = bytes.swap_remove(i);
+        let Some(i) = bytes.iter().position(|q| q.peer == from) else { return };
+        let piece = bytes.swap_remove(i);
         let rtt = now.since(*at).as_secs_f64();
         if bytes.is_empty() {
             self.sent.remove(&slot);
         }
-        self.release(from, size);
+        self.release(&piece);
         let q = self.samples.entry(from).or_default();
-        q.push_back((now, queued as f64, rtt));
+        q.push_back((now, piece.ahead as f64, rtt));
         if q.len() > MAX_SAMPLES {
             q.pop_front();
         }
@@ -212,10 +247,11 @@ impl Chooser {
     }
 
     /// When the followers, in the order they are sent to, would have pieces of `bytes`
-    /// each (None: no model in the window): behind the backlog and the pieces sent before
-    /// theirs.
-    fn etas(&self, followers: &[NodeId], bytes: impl Fn(usize) -> f64) -> Vec<Option<f64>> {
-        let mut ahead = self.backlog() as f64;
+    /// each (None: no model in the window) under a configuration sending `share` bytes per
+    /// payload byte to a follower on average: behind the backlog that configuration would
+    /// have made of the payloads in flight, and behind the pieces sent before theirs.
+    fn etas(&self, followers: &[NodeId], share: f64, bytes: impl Fn(usize) -> f64) -> Vec<Option<f64>> {
+        let mut ahead = share * self.payload_backlog() as f64;
         followers
             .iter()
             .enumerate()
@@ -258,7 +294,11 @@ impl Chooser {
         let shard = bytes as f64 / d as f64;
         let followers: Vec<usize> = (0..n).filter(|p| *p != leader).collect();
         let ids: Vec<NodeId> = followers.iter().map(|p| members[*p]).collect();
-        let etas = |counts: &[usize]| self.etas(&ids, |j| counts[followers[j]] as f64 * shard);
+        // A follower's share of a payload byte, on average over the followers.
+        let share = |counts: &[usize]| {
+            followers.iter().map(|p| counts[*p].min(d) as f64).sum::<f64>() / (followers.len().max(1) * d) as f64
+        };
+        let etas = |counts: &[usize]| self.etas(&ids, share(counts), |j| counts[followers[j]] as f64 * shard);
         // When the fastest `q − 1` followers would have their shards (None: too few models).
         let quorum = |counts: &[usize], q: usize| Self::kth(etas(counts), q - 1);
         let eta = |counts: &[usize], pos: usize| followers.iter().position(|p| *p == pos).and_then(|j| etas(counts)[j]);
@@ -310,9 +350,10 @@ impl Chooser {
             if need == 0 {
                 continue;
             }
-            let per = (c.min(d) as f64) * bytes as f64 / d as f64;
+            let share = c.min(d) as f64 / d as f64;
+            let per = share * bytes as f64;
             // §4.3: a follower without samples in the window is not counted as healthy.
-            let Some(t) = Self::kth(self.etas(followers, |_| per), need) else { continue };
+            let Some(t) = Self::kth(self.etas(followers, share, |_| per), need) else { continue };
             if t < best.0 * MARGIN {
                 best = (t, (c, q));
             }

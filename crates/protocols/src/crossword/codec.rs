@@ -282,7 +282,7 @@ impl PayloadCodec for RsCodec {
                     let d = (n - 1) / 2 + 1;
                     if c >= d {
                         let sizes = members.iter().filter(|m| **m != me).map(|m| (*m, payload.len())).collect();
-                        self.chooser.on_send(now, slot, sizes);
+                        self.chooser.on_send(now, slot, payload.len(), sizes);
                         let v = Value::Cmds(batch);
                         return Proposal { own: v.clone(), pieces: Pieces::Same(v), quorum };
                     }
@@ -339,7 +339,7 @@ impl PayloadCodec for RsCodec {
             sizes.push((*m, p.bytes()));
             each.push((*m, Value::Coded(p)));
         }
-        self.chooser.on_send(now, slot, sizes);
+        self.chooser.on_send(now, slot, payload.len(), sizes);
         Proposal { own: Value::Coded(own), pieces: Pieces::Each(each), quorum }
     }
 

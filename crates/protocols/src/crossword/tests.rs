@@ -68,7 +68,7 @@ fn trained(links: &[(NodeId, f64, f64)]) -> Chooser {
         for size in [1_000usize, 200_000] {
             slot += 1;
             let at = ms(round * 50);
-            ch.on_send(at, slot, links.iter().map(|(p, _, _)| (*p, size)).collect());
+            ch.on_send(at, slot, size, links.iter().map(|(p, _, _)| (*p, size)).collect());
             for (p, delay, bw) in links {
                 let t = at + Duration::from_secs_f64(delay + size as f64 / bw);
                 ch.on_ack(t, *p, slot);
@@ -113,6 +113,115 @@ fn chooser_excludes_quorums_the_healthy_followers_cannot_form() {
     assert_eq!(ch.choose(ms(10_000), 1_000_000, 3, &[2, 3, 4, 5], &cands, (3, 3)), (3, 3));
 }
 
+/// A leader whose four followers share its NIC (`mbit`, FIFO), `delay` away each way, with
+/// a per-answer extra delay of up to `jitter` (deterministic, heavy-ish tail), `clients`
+/// closed-loop proposers of `bytes`-byte payloads. Each instance's configuration comes from
+/// `pick` (the chooser, or a fixed one); the chooser is fed every send and answer as the
+/// codec feeds it. Returns instances committed per second from 1 s to 4 s, and how many of
+/// them used each `c`.
+fn nic_run(
+    mbit: f64,
+    delay: f64,
+    jitter: f64,
+    clients: usize,
+    bytes: usize,
+    mut pick: impl FnMut(&mut Chooser, Time) -> (usize, usize),
+) -> (f64, BTreeMap<usize, u64>) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    #[derive(PartialEq, Eq, PartialOrd, Ord)]
+    enum Ev {
+        Propose,
+        Ack(NodeId, u64),
+    }
+    let (followers, d, rate) = ([2, 3, 4, 5], 3usize, mbit * 1e6 / 8.0);
+    let mut ch = Chooser::default();
+    let mut events: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    for _ in 0..clients {
+        seq += 1;
+        events.push(Reverse((0, seq, Ev::Propose)));
+    }
+    let (mut nic_free, mut rng) = (0.0f64, 0x2545_f491_4f6c_dd1du64);
+    // slot -> (answers still needed to commit, c)
+    let mut open: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
+    let (mut slot, mut done, mut used) = (0u64, 0u64, BTreeMap::new());
+    while let Some(Reverse((t, _, ev))) = events.pop() {
+        let now = Time(t);
+        if t > 4_000_000_000 {
+            break;
+        }
+        match ev {
+            Ev::Propose => {
+                slot += 1;
+                let (c, q) = pick(&mut ch, now);
+                let piece = if c >= d { bytes } else { c * bytes.div_ceil(d) };
+                ch.on_send(now, slot, bytes, followers.iter().map(|p| (*p, piece)).collect());
+                for p in followers {
+                    nic_free = nic_free.max(t as f64 / 1e9) + piece as f64 / rate;
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let u = (rng % 10_000) as f64 / 10_000.0;
+                    let back = nic_free + 2.0 * delay + jitter * u.powi(4);
+                    seq += 1;
+                    events.push(Reverse(((back * 1e9) as u64, seq, Ev::Ack(p, slot))));
+                }
+                open.insert(slot, (q - 1, c));
+            }
+            Ev::Ack(p, s) => {
+                ch.on_ack(now, p, s);
+                if let Some((need, c)) = open.get_mut(&s) {
+                    *need -= 1;
+                    if *need == 0 {
+                        if t >= 1_000_000_000 {
+                            done += 1;
+                            *used.entry(*c).or_insert(0u64) += 1;
+                        }
+                        open.remove(&s);
+                        seq += 1;
+                        events.push(Reverse((t, seq, Ev::Propose)));
+                    }
+                }
+            }
+        }
+    }
+    (done as f64 / 3.0, used)
+}
+
+/// The adaptive chooser against every fixed configuration in one NIC setting: its
+/// throughput, the best fixed one's, and the configurations it used.
+fn adaptive_vs_fixed(mbit: f64, delay: f64, jitter: f64, bytes: usize) -> (f64, f64, BTreeMap<usize, u64>) {
+    let cands = synod_core::erasure::boundary_configs(5);
+    let (adaptive, used) = nic_run(mbit, delay, jitter, 8, bytes, |ch, now| {
+        // The codec's order: §4.3 first (quorums the healthy followers can form), then the pick.
+        if ch.healthy(now, &[2, 3, 4, 5]) < 4 {
+            return (3, 3);
+        }
+        ch.choose(now, bytes, 3, &[2, 3, 4, 5], &cands, (3, 3))
+    });
+    let best = cands.iter().map(|&cq| nic_run(mbit, delay, jitter, 8, bytes, |_, _| cq).0).fold(0.0, f64::max);
+    (adaptive, best, used)
+}
+
+#[test]
+fn chooser_shards_on_a_saturated_nic_and_keeps_full_copies_for_tiny_values() {
+    // Fig. 6's scaled setting: 31.25 Mbit/s per NIC, 4 ms links, 4 KB payloads, 8 proposals
+    // in flight. The NIC is the bottleneck: one shard each (a third of the full copy's
+    // bytes) is the fastest fixed configuration, and the chooser must find it although it
+    // starts at the full copy and every sample then queues behind full copies.
+    let (adaptive, best, used) = adaptive_vs_fixed(31.25, 0.004, 0.002, 4_096);
+    let fixed_one = nic_run(31.25, 0.004, 0.002, 8, 4_096, |_, _| (1, 5)).0;
+    assert!(fixed_one >= 0.99 * best, "one shard each should be the best fixed: {fixed_one} vs {best}");
+    assert!(adaptive >= 0.9 * best, "adaptive {adaptive}/s vs best fixed {best}/s, used {used:?}");
+    assert!(used.get(&1).copied().unwrap_or(0) > 9 * used.get(&3).copied().unwrap_or(0), "{used:?}");
+    // 8 B: the bytes cost nothing, the tail of the slowest answer is all: the majority with
+    // full copies, MultiPaxos's point, and no worse than the best fixed configuration.
+    let (adaptive, best, used) = adaptive_vs_fixed(31.25, 0.004, 0.002, 8);
+    assert!(adaptive >= 0.95 * best, "adaptive {adaptive}/s vs best fixed {best}/s, used {used:?}");
+    assert_eq!(used.keys().copied().collect::<Vec<_>>(), vec![3], "{used:?}");
+}
+
 /// Models as a leader's NIC shows them: each probe sent to one follower alone, its answer
 /// `delay + size / bandwidth` later.
 fn trained_alone(links: &[(NodeId, f64, f64)]) -> Chooser {
@@ -123,7 +232,7 @@ fn trained_alone(links: &[(NodeId, f64, f64)]) -> Chooser {
             for (p, delay, bw) in links {
                 slot += 1;
                 let at = ms(round * 50);
-                ch.on_send(at, slot, vec![(*p, size)]);
+                ch.on_send(at, slot, size, vec![(*p, size)]);
                 ch.on_ack(at + Duration::from_secs_f64(delay + size as f64 / bw), *p, slot);
             }
         }
@@ -473,6 +582,47 @@ fn fig2_two_failures_after_a_one_shard_commit() {
 fn rspaxos_followers_fetch_values_and_survive_one_failure() {
     // One failure is tolerated; the followers fetched every value from the leader.
     put_execute_fail_over_get(&mut Net::new(5, crate::rspaxos::build), 5, big, 3);
+}
+
+#[test]
+fn a_fetch_is_not_asked_again_while_its_answer_is_out() {
+    // RSPaxos followers fetch values from the leader. Behind a shaped NIC an answer can take
+    // longer than a fetch cycle (20 ms); asked again every cycle, the leader queued copy
+    // after copy of the same shards and its Accepts and heartbeats starved behind them (the
+    // shaped Fig. 6 runs: every NIC at its cap, 0 ops/s, the leader lost again and again).
+    // Here every answer is held back for 1 s: each follower asks once, then again only
+    // after `RESEND_AFTER` cycles (before the fix: every cycle, ~40 requests each).
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use synod_core::protocol::decode;
+    let mut net = Net::new(5, crate::rspaxos::build);
+    let l = elect(&mut net);
+    let asked: Rc<RefCell<BTreeMap<NodeId, u32>>> = Rc::default();
+    let counter = asked.clone();
+    net.drop = Box::new(move |from, _, bytes| match decode::<crate::multipaxos::Msg>(bytes) {
+        Ok(crate::multipaxos::Msg::FillReq { .. }) => {
+            *counter.borrow_mut().entry(from).or_default() += 1;
+            false
+        }
+        Ok(crate::multipaxos::Msg::Fill { .. }) => true,
+        _ => false,
+    });
+    for i in 1..=5 {
+        net.request(l, 1, i, put(&format!("k{i}"), &big(i)));
+        assert_eq!(net.reply_for(1, i), Some(&DONE));
+    }
+    net.run_for(Duration::from_secs(1));
+    let counts = asked.borrow().clone();
+    assert_eq!(counts.len(), 4, "every follower fetches: {counts:?}");
+    // One request, then one per 16 cycles (320 ms) of silence: at most 4 in 1 s.
+    assert!(counts.values().all(|n| (1..=4).contains(n)), "{counts:?}");
+    // The answers get through again: every follower completes and executes every value.
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_secs(1));
+    for n in 1..=5 {
+        assert_eq!(net.executed(n), net.executed(l), "replica {n} executed every value");
+    }
+    net.assert_agreement();
 }
 
 #[test]

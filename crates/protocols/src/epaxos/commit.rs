@@ -295,7 +295,7 @@ impl Epaxos {
         self.unsettled.remove(&id);
         self.takeover_at.remove(&id);
         self.leads.remove(&id);
-        self.to_execute.insert(id);
+        self.note_committed(p, id);
         self.advance_committed(p);
         if id.space == self.id {
             self.repropose_displaced(ctx, id.index, &cmds);

@@ -1,6 +1,22 @@
 //! The execution algorithm (§4.3.2): a committed command runs once its whole dependency graph
 //! is committed; strongly connected components (Tarjan) run in inverse topological order,
 //! commands inside one by increasing `seq` (ties by instance).
+//!
+//! Incremental: the search is never repeated over a part of the graph that is known to wait.
+//! - A search starts only from a newly committed instance, or from an instance whose known
+//!   blocker was executed (`candidates`), never from every unexecuted instance.
+//! - A search that stops at an uncommitted instance `b` marks every instance left on its
+//!   stack `stuck_on` b: each has a path to `b` (Tarjan's stack holds the path to the current
+//!   instance and instances whose low link points to it), so none can run before `b` commits.
+//!   When `b` commits it is searched alone; if that search stops at `c`, `b` is stuck on `c`
+//!   and the instances stuck on `b` are too, through the chain (resolved with path
+//!   compression), without looking at them. They are searched again only once an instance
+//!   of their chain executes. A later search that reaches a stuck instance stops there.
+//! - Edges come from an index of the committed unexecuted instances, not a scan of the
+//!   log, and stop at a session barrier: a committed barrier that depends on every earlier
+//!   instance of its sub-space reaches all of them (its own edges stop at a barrier below
+//!   it, by induction), so an instance depending on it needs no edge below it
+//!   (reachability, hence components and their order, is unchanged).
 
 use super::commit::batches_interfere;
 use super::msg::{InstId, Phase};
@@ -8,6 +24,7 @@ use super::Epaxos;
 use std::collections::{HashMap, HashSet};
 
 use synod_core::batch::Waiter;
+use synod_core::session::is_barrier;
 use synod_core::{Ctx, Pos};
 
 struct Frame {
@@ -16,30 +33,38 @@ struct Frame {
     next: usize,
 }
 
+/// Where an instance stands for execution.
+#[derive(PartialEq, Eq)]
+enum State {
+    Uncommitted,
+    Committed,
+    Executed,
+}
+
 impl Epaxos {
-    /// Execute everything that can be executed.
-    ///
-    /// An instance whose search stopped at an uncommitted instance `b` is not searched again
-    /// until `b` is committed: every instance on its path to `b` has a path to `b`, so none
-    /// of them can run before `b` commits, and the search would stop again.
+    /// Instance `id` (of sub-space `p`) was committed here: search from it next time.
+    pub(super) fn note_committed(&mut self, p: usize, id: InstId) {
+        self.to_execute.insert(id);
+        self.candidates.push(id);
+        let i = &self.insts[p][&id.index];
+        if i.cmds.iter().any(is_barrier) && i.attrs.deps.get(p).is_some_and(|&d| d + 1 >= id.index) {
+            self.barrier_insts[p].insert(id.index);
+        }
+    }
+
+    /// Execute everything that can be executed (module docs: only from the candidates).
     pub(super) fn execute(&mut self, ctx: &mut Ctx<'_>) {
-        let starts: Vec<InstId> = self.to_execute.iter().copied().collect();
-        for v in starts {
-            if !self.to_execute.contains(&v) {
+        while let Some(v) = self.candidates.pop() {
+            self.step();
+            if !self.to_execute.contains(&v) || self.blocker(v).is_some() {
                 continue;
-            }
-            if let Some(b) = self.stuck_on.get(&v) {
-                if !self.is_committed(*b) {
-                    continue;
-                }
-                self.stuck_on.remove(&v);
             }
             if let Err((blocked, visited)) = self.execute_from(ctx, v) {
                 // Step 1: wait for the missing commit (and ask for it / take the instance
                 // over when it takes too long: `on_tick`).
                 self.saw(blocked, ctx.now);
                 for w in visited {
-                    self.stuck_on.insert(w, blocked);
+                    self.stick(w, blocked);
                 }
             }
         }
@@ -47,29 +72,91 @@ impl Epaxos {
         self.maybe_snapshot(ctx);
     }
 
+    fn step(&self) {
+        self.exec_steps.set(self.exec_steps.get() + 1);
+    }
+
+    fn state(&self, id: InstId) -> State {
+        let Some(p) = self.pos_of(id.space) else { return State::Executed };
+        if id.index <= self.pruned_upto[p] {
+            return State::Executed;
+        }
+        match self.insts[p].get(&id.index) {
+            Some(i) if i.executed => State::Executed,
+            Some(i) if i.phase == Phase::Committed => State::Committed,
+            _ => State::Uncommitted,
+        }
+    }
+
+    /// Committed instance `w` waits for uncommitted `b` (it has a path to it).
+    fn stick(&mut self, w: InstId, b: InstId) {
+        if self.stuck_on.insert(w, b) != Some(b) {
+            self.waiters.entry(b).or_default().push(w);
+        }
+    }
+
+    /// The uncommitted instance committed instance `v` is known to wait for: the end of its
+    /// `stuck_on` chain, if that is still uncommitted (the chain is then shortened to it).
+    /// None when nothing is known (never searched, or an instance of the chain executed).
+    fn blocker(&mut self, v: InstId) -> Option<InstId> {
+        let mut path = Vec::new();
+        let mut at = v;
+        let b = loop {
+            let next = *self.stuck_on.get(&at)?;
+            self.step();
+            match self.state(next) {
+                State::Uncommitted => break next,
+                State::Executed => return None,
+                State::Committed => {
+                    path.push(at);
+                    at = next;
+                }
+            }
+        };
+        for u in path {
+            self.stick(u, b);
+        }
+        Some(b)
+    }
+
     /// The dependencies of committed instance `v` that are not executed yet: every
-    /// instance of replica k up to `deps[k]` that interferes with it (§4.5). Err names an
-    /// instance that is not committed here (its command is not known to be final).
+    /// instance of replica k up to `deps[k]` that interferes with it (§4.5), down to the
+    /// latest session barrier among them (module docs). Err names an instance that is not
+    /// committed here (its command is not known to be final).
     fn edges(&self, v: InstId) -> Result<Vec<InstId>, InstId> {
         let inst = self.inst(v).expect("a committed instance");
         let mut out = Vec::new();
         for (p, &dep) in inst.attrs.deps.iter().enumerate() {
             let space = self.members[p];
-            let mut j = self.executed_upto[p] + 1;
-            while j <= dep {
-                let w = InstId { space, index: j };
-                j += 1;
-                if w == v {
-                    continue;
+            let floor = self.executed_upto[p] + 1;
+            if dep < floor {
+                continue;
+            }
+            // In v's own sub-space only a barrier below v: each barrier's own edges then stop
+            // at a lower one, so by induction a barrier reaches every instance below it (a
+            // barrier whose deps reach past itself must not lean on a later one).
+            let top = if space == v.space { dep.min(v.index.saturating_sub(1)) } else { dep };
+            let lo = if top < floor {
+                floor
+            } else {
+                self.barrier_insts[p].range(floor..=top).next_back().map_or(floor, |&b| b)
+            };
+            if dep > self.committed_upto[p] {
+                let first = self.committed_upto[p] + 1;
+                if first >= lo {
+                    return Err(InstId { space, index: first });
                 }
-                match self.insts[p].get(&w.index) {
-                    Some(i) if i.executed => {}
-                    Some(i) if i.phase == Phase::Committed => {
-                        if batches_interfere(&inst.cmds, &i.cmds) {
-                            out.push(w);
-                        }
+                for index in lo..=dep {
+                    self.step();
+                    if self.insts[p].get(&index).is_none_or(|i| i.phase != Phase::Committed) {
+                        return Err(InstId { space, index });
                     }
-                    _ => return Err(w),
+                }
+            }
+            for &w in self.to_execute.range(InstId { space, index: lo }..=InstId { space, index: dep }) {
+                self.step();
+                if w != v && batches_interfere(&inst.cmds, &self.insts[p][&w.index].cmds) {
+                    out.push(w);
                 }
             }
         }
@@ -108,18 +195,25 @@ impl Epaxos {
                 let w = top.edges[top.next];
                 top.next += 1;
                 let v = top.v;
-                if self.inst(w).is_some_and(|i| i.executed) {
+                self.step();
+                if self.state(w) == State::Executed {
                     continue;
                 }
                 match index.get(&w) {
-                    None => match visit(self, w, &mut counter, &mut index, &mut stack, &mut on_stack) {
-                        Ok(f) => calls.push(f),
-                        Err(b) => {
-                            let mut visited = stack.clone();
-                            visited.push(w);
-                            return fail(b, &visited);
+                    None => {
+                        // An instance already known to wait: so does everything on the stack.
+                        if let Some(b) = self.blocker(w) {
+                            return fail(b, &stack);
                         }
-                    },
+                        match visit(self, w, &mut counter, &mut index, &mut stack, &mut on_stack) {
+                            Ok(f) => calls.push(f),
+                            Err(b) => {
+                                let mut visited = stack.clone();
+                                visited.push(w);
+                                return fail(b, &visited);
+                            }
+                        }
+                    }
                     Some(&(wi, _)) if on_stack.contains(&w) => {
                         let e = index.get_mut(&v).expect("visited");
                         e.1 = e.1.min(wi);
@@ -180,8 +274,14 @@ impl Epaxos {
             }
             self.to_execute.remove(&id);
             self.stuck_on.remove(&id);
+            if let Some(waiting) = self.waiters.remove(&id) {
+                self.candidates.extend(waiting);
+            }
             while self.insts[p].get(&(self.executed_upto[p] + 1)).is_some_and(|i| i.executed) {
                 self.executed_upto[p] += 1;
+            }
+            while self.barrier_insts[p].first().is_some_and(|&b| b <= self.executed_upto[p]) {
+                self.barrier_insts[p].pop_first();
             }
         }
     }

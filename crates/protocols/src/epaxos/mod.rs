@@ -43,13 +43,13 @@
 //!   `barrier_every=N` a command leader proposes, after every N commands of its own, an
 //!   internal command that interferes with every command; the state machine evicts sessions
 //!   only there, so every replica evicts the same ones although non-interfering commands run
-//!   in different orders (`synod_core::session`, `Order::Partial`). Off by default (the table
-//!   is unbounded): with barriers on, a replica whose execution waits for one uncommitted
-//!   instance searches the whole unexecuted graph again for every new commit (every command
-//!   depends on the last barrier, which depends on everything before it), and under heavy
-//!   load (Fig. 8 at 300 clients, results/2026-11-25-epaxos-eval) a replica fell behind and
-//!   stalled. Not yet: stop the execution search at instances already known to wait for an
-//!   uncommitted one (`stuck_on`), then turn barriers on by default.
+//!   in different orders (`synod_core::session`, `Order::Partial`). On by default
+//!   (`barrier_every=256`; 0 turns them off and leaves the table unbounded). Every command
+//!   depends on the last barrier, which depends on everything before it, so a replica whose
+//!   execution waits for one uncommitted instance has its whole backlog in one dependency
+//!   graph: [`execute`] is incremental (it never searches a part of the graph again that is
+//!   known to wait, and edges stop at barriers), or such a replica falls further behind with
+//!   every commit (it stalled under the Fig. 8 load before, results/2026-11-25-epaxos-eval).
 //! - **batching** (§7.6): a command leader puts the requests that queued into one instance,
 //!   at most `max_batch` of them. By default it proposes at once when fewer than
 //!   `pipeline_window` of its instances are unexecuted (batches grow with load); with
@@ -112,10 +112,10 @@ const MAX_BATCH_BYTES: usize = 1 << 20;
 const MAX_AHEAD: u64 = 1 << 16;
 /// Most instances asked for (Fetch) or taken over (Explicit Prepare) per tick.
 const MAX_PER_TICK: usize = 256;
-/// Default `barrier_every`: 0 = no session barriers (module docs: "sessions"). With N
+/// Default `barrier_every` (module docs: "sessions"; 0 = no session barriers). With N
 /// replicas and `barrier_every=B`, at most about N·B sessions are created between two
-/// barriers above the state machine's limit.
-const DEFAULT_BARRIER_EVERY: u64 = 0;
+/// barriers above the state machine's limit; a barrier is one instance per B commands.
+const DEFAULT_BARRIER_EVERY: u64 = 256;
 
 /// Registry constructor.
 pub fn build(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
@@ -244,8 +244,17 @@ pub struct Epaxos {
     executed_upto: Vec<u64>,
     /// Committed, not yet executed.
     to_execute: BTreeSet<InstId>,
-    /// Committed instances whose execution waits for this uncommitted one (see `execute`).
+    /// Where the next execution searches start: instances committed or unblocked since
+    /// (see [`execute`]).
+    candidates: Vec<InstId>,
+    /// Committed instances whose execution waits for this one (uncommitted when set; see
+    /// [`execute`]: a chain).
     stuck_on: std::collections::HashMap<InstId, InstId>,
+    /// The reverse of `stuck_on` (entries may be stale: checked on use).
+    waiters: std::collections::HashMap<InstId, Vec<InstId>>,
+    /// Per sub-space: committed, unexecuted instances holding a session barrier that depend
+    /// on every earlier instance of their sub-space (where execution edges stop).
+    barrier_insts: Vec<BTreeSet<u64>>,
     conflicts: Conflicts,
     /// Forgotten instances, as far as TryPreAccept needs them.
     forgotten: Forgotten,
@@ -267,6 +276,10 @@ pub struct Epaxos {
     /// When each peer was last heard from (a silent peer is left out of fast quorums).
     heard: BTreeMap<NodeId, Time>,
     counters: Counters,
+    /// Executor work: instances and edges the execution search looked at (`status()`;
+    /// tests bound it per executed instance). A cell: the search's edge lists are computed
+    /// through `&self`.
+    exec_steps: std::cell::Cell<u64>,
     /// Instances up to this are forgotten (executed, committed everywhere), per sub-space.
     pruned_upto: Vec<u64>,
     /// Each peer's committed prefix per sub-space, from its heartbeats.
@@ -361,7 +374,10 @@ impl Epaxos {
             committed_upto: vec![0; n],
             executed_upto: vec![0; n],
             to_execute: BTreeSet::new(),
+            candidates: Vec::new(),
             stuck_on: Default::default(),
+            waiters: Default::default(),
+            barrier_insts: vec![BTreeSet::new(); n],
             conflicts: Conflicts::new(n),
             forgotten: Forgotten::new(n),
             restored_unknown: vec![0; n],
@@ -374,6 +390,7 @@ impl Epaxos {
             rtt: BTreeMap::new(),
             heard: BTreeMap::new(),
             counters: Counters::default(),
+            exec_steps: Default::default(),
             pruned_upto: vec![0; n],
             peer_committed: BTreeMap::new(),
             max_exec_seq: 0,
@@ -612,6 +629,7 @@ impl Epaxos {
         extra.insert("reproposed".into(), c.reproposed.to_string());
         extra.insert("commit_replies".into(), c.commit_replies.to_string());
         extra.insert("barriers".into(), c.barriers.to_string());
+        extra.insert("exec_steps".into(), self.exec_steps.get().to_string());
         extra.insert("fast_quorum".into(), self.fast_quorum.to_string());
         extra.insert("instances".into(), self.insts.iter().map(|m| m.len()).sum::<usize>().to_string());
         extra.insert("unsettled".into(), self.unsettled.len().to_string());
@@ -666,7 +684,7 @@ impl Protocol for Epaxos {
             if executed {
                 self.max_exec_seq = self.max_exec_seq.max(self.insts[p][&id.index].attrs.seq);
             } else if committed {
-                self.to_execute.insert(id);
+                self.note_committed(p, id);
             } else {
                 self.unsettled.insert(id, ctx.now);
             }

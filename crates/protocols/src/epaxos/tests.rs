@@ -616,3 +616,44 @@ fn with_batch_ms_requests_wait_for_the_timer_and_go_out_in_one_instance() {
     assert!(Epaxos::new(&Setup { id: 1, members: vec![1, 2, 3], params: bad }, Variant::default()).is_err());
     net.assert_agreement();
 }
+
+/// A replica that falls behind with session barriers on (every command depends on the last
+/// barrier, which depends on everything before it): replica 3 misses the commit of one early
+/// instance of replica 1 while replicas 1 and 2 commit `rounds` commands each, then fetches
+/// it. Returns replica 3's executor work and the instances it executed.
+fn lagging_replica_with_barriers(rounds: u64) -> (u64, u64) {
+    let mut net = net_with(3, "barrier_every=3");
+    let held = InstId { space: 1, index: 1 };
+    net.drop = Box::new(move |_, to, msg| {
+        to == 3 && matches!(decode::<Msg>(msg), Ok(Msg::Commit { entries }) if entries.iter().any(|e| e.0 == held))
+    });
+    for r in 0..rounds {
+        submit(&mut net, 1, 100 + r % 50, r / 50 + 1, put(&format!("a{}", r % 50), "v"));
+        submit(&mut net, 2, 200 + r % 50, r / 50 + 1, put(&format!("b{}", r % 50), "v"));
+        net.deliver_all();
+    }
+    let behind = (net.executed(3), net.executed(1));
+    assert!(behind.0 * 10 < behind.1, "n3 waits for the instance it missed: {behind:?}");
+    net.drop = Box::new(|_, _, _| false);
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.executed(3), net.executed(1), "n3 caught up");
+    assert_eq!(net.executed(1), 2 * rounds + total(&net, "barriers"));
+    net.assert_agreement();
+    let instances = net.node(3).p.status().commit_index;
+    (counter(&net, 3, "exec_steps"), instances)
+}
+
+#[test]
+fn executor_work_per_commit_stays_bounded_when_a_replica_lags_with_barriers() {
+    let runs: Vec<(u64, u64)> = [150, 600].into_iter().map(lagging_replica_with_barriers).collect();
+    for &(steps, instances) in &runs {
+        eprintln!("{instances} instances: {steps} executor steps ({} per instance)", steps / instances);
+    }
+    for &(steps, instances) in &runs {
+        assert!(steps <= 40 * instances, "{steps} executor steps for {instances} instances: not incremental");
+    }
+    // Four times the instances: about four times the work (a search from scratch per commit
+    // grows with the square).
+    let growth = runs[1].0 as f64 / runs[0].0 as f64;
+    assert!(growth < 6.0, "work grew {growth:.1}x for 4x the instances");
+}

@@ -94,6 +94,7 @@ impl Idem {
                 // may have accepted it).
                 if let Some(c) = client {
                     let reason = "rejected (overload): this request was rejected here before".to_string();
+                    self.reject_early(ctx, c, &cmd, &reason);
                     ctx.answer(c, &cmd, ReplyBody::Rejected { reason });
                     self.rejected.insert(cmd, client);
                 } else if !self.rejected.contains(&id) {
@@ -107,6 +108,9 @@ impl Idem {
             Verdict::Accept => self.accept(core, ctx, cmd, client),
             Verdict::Reject(reason) => {
                 self.stats.rejected += 1;
+                if let Some(c) = client {
+                    self.reject_early(ctx, c, &cmd, &reason);
+                }
                 // Durable before the REJECT leaves.
                 self.note_verdict(core, ctx, id, false);
                 if let Some(c) = client {
@@ -114,6 +118,18 @@ impl Idem {
                 }
                 self.rejected.insert(cmd, client);
             }
+        }
+    }
+
+    /// The early REJECT (option `early_reject`, on by default): sent at once, not held by
+    /// the group commit that makes the verdict durable, so a client learns of the rejection
+    /// within a round trip even when the replica's turn also persists other records. It
+    /// depends on nothing persisted because it promises nothing a crash could break: the
+    /// client counts it towards ambivalence only (`policy`), and the durable `Rejected`
+    /// follows after the commit for a definitive failure.
+    fn reject_early(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: &Command, reason: &str) {
+        if self.cfg.early_reject {
+            ctx.answer_now(client, cmd, ReplyBody::RejectedEarly { reason: reason.to_string() });
         }
     }
 

@@ -3,6 +3,7 @@
 
 use super::accept::broadcast;
 use super::*;
+use synod_core::Ghost;
 
 impl Idem {
     /// ⟨FORWARD⟩ of a request another replica accepted: accepted here whatever the load or an
@@ -76,25 +77,32 @@ impl Idem {
         let requires = &self.requires;
         self.bodies.retain(|id, _| requires.contains_key(id));
         self.proposed.retain(|_, t| now.since(*t) < hold_max);
-        self.implicit_gc(core)
+        self.implicit_gc(core, ctx)
     }
 
-    /// §4.4: with window w = n × RT, a replica that sees slot s takes every slot up to s − w
-    /// as executed by f + 1 replicas (Theorem 6.1), and drops them. The core trims no further
-    /// than this replica executed, and a replica that lags behind the bound fetches a
-    /// snapshot, so nothing here depends on the theorem, which does not hold as stated:
-    /// forwards are accepted whatever the load, so the active sets exceed RT, and a leader
-    /// pipelines proposals of requests accepted long before. A simulator check of it
-    /// (a majority executed what a replica discards) failed for this window at
-    /// `synod check --protocol idem --seed 8 --param reject_threshold=2` (the leader, its
+    /// §4.4 and Theorem 6.1: with r_max = n × RT (the window w = r_max), a replica that
+    /// received instance s + r_max discards every instance up to s. It reports each discard to
+    /// the simulator (`Ghost::Discarded`), which checks exactly that rule, so a collection one
+    /// instance too early (mutant `idem-gc-early`) fails the check.
+    ///
+    /// The theorem's *conclusion* — f + 1 replicas executed what is discarded — is not what the
+    /// simulator checks, because it does not hold here and nothing relies on it: forwards are
+    /// accepted whatever the load, so active sets exceed RT, and a leader pipelines proposals
+    /// of requests accepted long before (a check of it failed for the correct window at
+    /// `synod check --protocol idem --seed 8 --param reject_threshold=2`: the leader, its
     /// inbound link cut, proposed slots 24–30 and discarded 24 as it executed it, before any
-    /// follower learned the commit).
-    fn implicit_gc(&self, core: &MultiPaxos) -> Option<LayerOp> {
-        let mut window = (core.members().len() * self.cfg.admission.threshold) as u64;
-        if self.dev.gc_early {
-            window = window.saturating_sub(1);
+    /// follower learned the commit). What makes the collection safe here is the core: it
+    /// trims no slot this replica has not executed, and a replica that lags behind the bound
+    /// fetches a snapshot (the paper's checkpoint) instead of the discarded instances.
+    pub(super) fn implicit_gc(&self, core: &MultiPaxos, ctx: &mut Ctx<'_>) -> Option<LayerOp> {
+        let r_max = (core.members().len() * self.cfg.admission.threshold) as u64;
+        let window = if self.dev.gc_early { r_max.saturating_sub(1) } else { r_max };
+        let newest = core.log_last();
+        let bound = newest.saturating_sub(window);
+        if bound <= core.trim_bound() {
+            return None;
         }
-        let bound = core.log_last().saturating_sub(window);
-        (bound > core.trim_bound()).then_some(LayerOp::Trim(bound))
+        ctx.ghost(Ghost::Discarded { upto: bound, newest, r_max });
+        Some(LayerOp::Trim(bound))
     }
 }

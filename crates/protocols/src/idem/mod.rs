@@ -49,7 +49,13 @@
 //!   retransmission gets the same verdict without a new test (`admission::Verdicts` has the
 //!   argument why a client's `n` REJECTs then mean that nobody accepted); verdicts are
 //!   dropped once a newer request of the same client executed (the session table answers
-//!   older ones as stale). The rejection cache (bodies, clients to answer) is in memory.
+//!   older ones as stale). The rejection cache (bodies, clients to answer) is in memory;
+//! * fast rejects: a verdict's durability would hold its REJECT behind the group commit
+//!   (with everything else the replica persisted in that turn), so a replica first sends an
+//!   early REJECT that is not held (`ReplyBody::RejectedEarly` through `Action::ReplyNow`)
+//!   and the durable one after the commit. The client counts early REJECTs towards
+//!   ambivalence only (`n − f`), durable ones towards a definitive failure (`n`): a replica
+//!   that crashes before its verdict is durable may forget it (option `early_reject`).
 //!
 //! Variants: `idem-nopr` (no proactive rejection, `admission=off`) and `idem-noaqm` (tail drop
 //! only, `admission=taildrop`), the paper's ablations.
@@ -109,6 +115,11 @@ pub const OPTIONS: &[&str] = &[
     "relay",
     "hold_max_ms",
     "compact_every",
+    "early_reject",
+    // Read by the client policy only (`policy::client`); replicas accept and ignore them, so
+    // that one protocol spec (`idem[ambivalence=pessimistic]`) configures both sides.
+    "ambivalence",
+    "optimistic_wait_ms",
 ];
 
 /// IDEM's knobs.
@@ -126,6 +137,9 @@ pub struct IdemConfig {
     pub hold_max: Duration,
     /// Compact the durable image every this many executed slots (0 = never).
     pub compact_every: u64,
+    /// Send an early REJECT before the verdict is durable (`ReplyBody::RejectedEarly`, not
+    /// held by the group commit), then the durable one.
+    pub early_reject: bool,
 }
 
 fn number<T: FromStr>(p: &ProtocolParams, name: &str, default: T) -> Result<T, String> {
@@ -151,6 +165,7 @@ impl IdemConfig {
             relay: p.flag("relay", true)?,
             hold_max: Duration::from_millis(hold_ms),
             compact_every: number(p, "compact_every", p.snapshot_every)?,
+            early_reject: p.flag("early_reject", true)?,
         })
     }
 }
@@ -158,14 +173,15 @@ impl IdemConfig {
 /// Deliberate deviations for the mutation tests; all off in IDEM. `forget_rejections` breaks
 /// the client's definitive failure (a request every replica rejected executes): the simulator
 /// catches it with `reject_threshold=2` (mutant `idem-sticky-off`). `require_f` and `gc_early`
-/// break the paper's *reasons* for f + 1 REQUIREs and the window w = n × RT, which this
-/// implementation does not rely on for safety: proposals carry the request body (the paper's
-/// f + 1 make sure a correct replica can forward it), and the core trims only slots this
-/// replica executed and hands a lagging one a snapshot (the paper's w keeps f + 1 replicas
-/// able to continue without one). No history shows either, so `accept` reports every
-/// acceptance to the simulator (`Ghost::Accepted`), which checks §4.3's rule on every apply
-/// (mutant `idem-require-f`). Theorem 6.1 cannot be checked so: the correct window breaks
-/// it (see `forward.rs`), and `gc_early` is caught by a scenario test (`tests.rs`) only.
+/// break the paper's rules for f + 1 REQUIREs (§4.3) and the window r_max = n × RT (§4.4,
+/// Theorem 6.1), which this implementation does not rely on for safety: proposals carry the
+/// request body (the paper's f + 1 make sure a correct replica can forward it), and the core
+/// trims only slots this replica executed and hands a lagging one a snapshot (the paper's
+/// window keeps f + 1 replicas able to continue without one). No history shows either, so
+/// the layer reports ghost facts the simulator checks the rules on: every acceptance
+/// (`Ghost::Accepted`; a command is applied only after a majority accepted it, mutant
+/// `idem-require-f`) and every implicit garbage collection (`Ghost::Discarded`; instance s
+/// is dropped only once s + r_max arrived, mutant `idem-gc-early`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Deviation {
     /// Propose after f REQUIREs instead of f + 1 (a request only the leader accepted can be
@@ -409,8 +425,7 @@ impl MultiPaxosLayer for Idem {
 
 /// IDEM's mutant for the simulator (feature `mutants`, `synod_protocols::mutants`), with an
 /// overload setting unless the check names its own (`reject_threshold=2`: the simulator's 3–5
-/// clients exceed it, so requests are rejected, retransmitted and forwarded). `gc_early` is
-/// not registered there: no check of the simulator can tell it from IDEM (see `Deviation`).
+/// clients exceed it, so requests are rejected, retransmitted and forwarded).
 #[cfg(feature = "mutants")]
 pub(crate) mod mutants {
     use super::*;
@@ -429,6 +444,11 @@ pub(crate) mod mutants {
     /// The leader proposes after f REQUIREs instead of f + 1 (§4.3).
     pub fn build_require_f(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
         overloaded(setup, Deviation { require_f: true, ..Deviation::default() })
+    }
+
+    /// Implicit garbage collection one instance too early: window n × RT − 1 (§4.4).
+    pub fn build_gc_early(setup: &Setup) -> Result<Box<dyn Protocol>, String> {
+        overloaded(setup, Deviation { gc_early: true, ..Deviation::default() })
     }
 }
 

@@ -3,8 +3,12 @@
 //! A request goes to every replica. Its outcome:
 //! * **success** — a reply (from any replica): the request executed;
 //! * **failure** — `n` REJECTs from distinct replicas: every replica rejected it, none will
-//!   ever propose it, so it never executes (`Outcome::Rejected { definitive: true }`);
-//! * **ambivalence** — `n − f` REJECTs: it may still execute if one of the other `f` replicas
+//!   ever propose it, so it never executes (`Outcome::Rejected { definitive: true }`). Only
+//!   durable REJECTs count here (`ReplyBody::Rejected`, sent once the replica's verdict is
+//!   durable); an early one (`ReplyBody::RejectedEarly`, sent before, not held by the group
+//!   commit) may be forgotten in a crash;
+//! * **ambivalence** — `n − f` REJECTs, early or durable: it may still execute if one of the
+//!   other `f` replicas
 //!   accepted it. A *pessimistic* client gives up at once; an *optimistic* one (the paper's
 //!   evaluation, 5 ms) waits that long for a reply or the last REJECTs, then gives up
 //!   (`Outcome::Rejected { definitive: false }`: the effect is unknown).
@@ -62,8 +66,10 @@ impl Default for Ambivalence {
 pub struct IdemPolicy {
     mode: Ambivalence,
     times: RetryTimes,
-    /// Replicas that rejected the current request.
+    /// Replicas whose rejection of the current request is durable.
     rejects: BTreeSet<NodeId>,
+    /// Replicas that rejected it, early or durably (ambivalence counts these).
+    refusing: BTreeSet<NodeId>,
     last_reason: String,
     waiting: bool,
     active: bool,
@@ -71,7 +77,15 @@ pub struct IdemPolicy {
 
 impl IdemPolicy {
     pub fn new(mode: Ambivalence, times: RetryTimes) -> IdemPolicy {
-        IdemPolicy { mode, times, rejects: BTreeSet::new(), last_reason: String::new(), waiting: false, active: false }
+        IdemPolicy {
+            mode,
+            times,
+            rejects: BTreeSet::new(),
+            refusing: BTreeSet::new(),
+            last_reason: String::new(),
+            waiting: false,
+            active: false,
+        }
     }
 
     fn finish(&mut self, cx: &mut ClientCtx<'_>, outcome: Outcome) {
@@ -83,7 +97,7 @@ impl IdemPolicy {
 
     fn rejected(&mut self, cx: &mut ClientCtx<'_>, definitive: bool) {
         let n = cx.members.len();
-        let reason = format!("rejected by {} of {n} replicas: {}", self.rejects.len(), self.last_reason);
+        let reason = format!("rejected by {} of {n} replicas: {}", self.refusing.len(), self.last_reason);
         self.finish(cx, Outcome::Rejected { definitive, reason });
     }
 }
@@ -97,6 +111,7 @@ impl Default for IdemPolicy {
 impl ClientPolicy for IdemPolicy {
     fn begin(&mut self, cx: &mut ClientCtx<'_>, _cmd: &Command) {
         self.rejects.clear();
+        self.refusing.clear();
         self.last_reason.clear();
         self.waiting = false;
         self.active = true;
@@ -112,20 +127,26 @@ impl ClientPolicy for IdemPolicy {
         if !self.active {
             return;
         }
+        // Only a durable REJECT counts towards a definitive failure (`RejectedEarly` may be
+        // forgotten in a crash).
+        let durable = matches!(reply.body, ReplyBody::Rejected { .. });
         match reply.body {
             ReplyBody::Done(r) => self.finish(cx, Outcome::Done(r)),
             ReplyBody::Invalid { reason } => self.finish(cx, Outcome::Invalid(reason)),
-            ReplyBody::Rejected { reason } => {
+            ReplyBody::Rejected { reason } | ReplyBody::RejectedEarly { reason } => {
                 if !cx.members.contains(&reply.from) {
                     return;
                 }
-                self.rejects.insert(reply.from);
+                self.refusing.insert(reply.from);
+                if durable {
+                    self.rejects.insert(reply.from);
+                }
                 self.last_reason = reason;
                 let n = cx.members.len();
                 let f = (n - 1) / 2;
                 if self.rejects.len() >= n {
                     self.rejected(cx, true);
-                } else if self.rejects.len() >= n - f && !self.waiting {
+                } else if self.refusing.len() >= n - f && !self.waiting {
                     match self.mode {
                         Ambivalence::Pessimistic => self.rejected(cx, false),
                         Ambivalence::Optimistic(wait) => {
@@ -171,6 +192,10 @@ mod tests {
 
     fn reject(from: NodeId) -> Reply {
         Reply { client: 7, seq: 1, from, body: ReplyBody::Rejected { reason: "busy".into() } }
+    }
+
+    fn early_reject(from: NodeId) -> Reply {
+        Reply { client: 7, seq: 1, from, body: ReplyBody::RejectedEarly { reason: "busy".into() } }
     }
 
     /// Drive a policy over `members`; returns the actions of each step.
@@ -269,5 +294,36 @@ mod tests {
         assert_eq!(a.iter().filter(|a| matches!(a, ClientAction::Send { .. })).count(), 3);
         let a = d.step(|p, cx| p.on_reply(cx, reject(2)));
         assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })));
+    }
+
+    #[test]
+    fn early_rejects_count_for_ambivalence_only() {
+        // Pessimistic: n − f early rejects end the request, ambivalently.
+        let mut d = Drive::new(Ambivalence::Pessimistic, 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        assert!(finished(&d.step(|p, cx| p.on_reply(cx, early_reject(1)))).is_none());
+        let a = d.step(|p, cx| p.on_reply(cx, early_reject(2)));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })), "{a:?}");
+
+        // Optimistic: n early rejects are not a definitive failure (a replica may forget one
+        // in a crash and accept the request later); the durable ones that follow are.
+        let mut d = Drive::new(Ambivalence::Optimistic(Duration::from_millis(5)), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        for from in [1, 2, 3] {
+            assert!(finished(&d.step(|p, cx| p.on_reply(cx, early_reject(from)))).is_none());
+        }
+        d.step(|p, cx| p.on_reply(cx, reject(1)));
+        d.step(|p, cx| p.on_reply(cx, reject(2)));
+        let a = d.step(|p, cx| p.on_reply(cx, reject(3)));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: true, .. })), "{a:?}");
+
+        // Only early rejects: the optimistic wait ends ambivalently.
+        let mut d = Drive::new(Ambivalence::Optimistic(Duration::from_millis(5)), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        for from in [1, 2, 3] {
+            d.step(|p, cx| p.on_reply(cx, early_reject(from)));
+        }
+        let a = d.step(|p, cx| p.on_timer(cx, WAIT_TIMER));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })), "{a:?}");
     }
 }

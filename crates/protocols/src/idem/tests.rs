@@ -283,7 +283,10 @@ fn a_rejecting_replica_answers_when_the_request_executes_after_all() {
     net.request(busy, 2, 1, put("b", "2"));
     net.run_for(Duration::from_millis(5));
     let answers: Vec<&ReplyBody> = net.replies.iter().filter(|r| r.client == 2).map(|r| &r.body).collect();
-    assert!(matches!(answers[..], [ReplyBody::Rejected { .. }, ReplyBody::Done(_)]), "{answers:?}");
+    assert!(
+        matches!(answers[..], [ReplyBody::RejectedEarly { .. }, ReplyBody::Rejected { .. }, ReplyBody::Done(_)]),
+        "{answers:?}"
+    );
     net.assert_agreement();
 }
 
@@ -355,4 +358,47 @@ fn options_are_checked() {
     assert_eq!((c.forward_delay, c.relay), (Duration::from_millis(5), false));
     p = params(&["no_such=1"]);
     assert!(IdemConfig::from_params(&p, Mode::Aqm).is_err());
+}
+
+/// The actions of one replica (no leader known yet) for a request arriving beyond RT.
+fn actions_for_a_reject(opts: &[&str]) -> Vec<synod_core::Action> {
+    use synod_core::{ClientRef, Event, Time};
+    let setup = Setup { id: 1, members: vec![1, 2, 3], params: params(opts) };
+    let mut p = super::build(&setup).unwrap();
+    let mut rng = synod_core::rng_from_seed(1);
+    let mut actions = Vec::new();
+    p.recover(&mut Ctx::new(1, Time::ZERO, &mut rng, &mut actions), Vec::new());
+    for client in 1..=3 {
+        actions.clear();
+        let cmd = Command { client, seq: 1, acked_below: 1, now_ms: 0, op: put("k", "v") };
+        let event = Event::Request { client: ClientRef { node: 1, conn: client }, cmd, meta: RequestMeta::default() };
+        p.on_event(&mut Ctx::new(1, Time::ZERO, &mut rng, &mut actions), event);
+    }
+    actions
+}
+
+/// Fast rejects: the early REJECT leaves through `Action::ReplyNow` ahead of the verdict's
+/// `Persist`, so no driver holds it behind the group commit; the durable `Rejected` comes
+/// after the `Persist` (held until it is durable). With `early_reject=false` only the latter.
+#[test]
+fn a_reject_is_sent_early_and_again_once_durable() {
+    use synod_core::Action;
+    let kinds = |actions: &[Action]| -> Vec<&'static str> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ReplyNow { reply, .. } if matches!(reply.body, ReplyBody::RejectedEarly { .. }) => {
+                    Some("early reject now")
+                }
+                Action::Reply { reply, .. } if matches!(reply.body, ReplyBody::Rejected { .. }) => Some("reject"),
+                Action::Persist { .. } => Some("persist"),
+                Action::Reply { .. } | Action::ReplyNow { .. } => Some("other reply"),
+                _ => None,
+            })
+            .collect()
+    };
+    let opts = ["reject_threshold=2", "admission=taildrop", "relay=false"];
+    assert_eq!(kinds(&actions_for_a_reject(&opts)), ["early reject now", "persist", "reject"]);
+    let late = ["reject_threshold=2", "admission=taildrop", "relay=false", "early_reject=false"];
+    assert_eq!(kinds(&actions_for_a_reject(&late)), ["persist", "reject"]);
 }

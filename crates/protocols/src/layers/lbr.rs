@@ -62,7 +62,8 @@ impl MultiPaxosLayer for LeaderRejection {
             Verdict::Accept => Some((client, cmd)),
             Verdict::Reject(reason) => {
                 self.rejected += 1;
-                ctx.answer(client, &cmd, ReplyBody::Rejected { reason });
+                // Depends on nothing persisted: not held by the group commit.
+                ctx.answer_now(client, &cmd, ReplyBody::Rejected { reason });
                 None
             }
         }

@@ -10,18 +10,31 @@
 //! (`Fill`) with its own piece. A follower leaves the last `deferral_gap` bytes of payload at
 //! the end of its log alone (they are likely still on their way from the leader) unless the
 //! log stopped growing; a leader never defers (after a failover it rebuilds synchronously,
-//! §3.5's fc′/fr′). Peers that left 10 requests in a row unanswered are asked last; a slot
-//! that stays incomplete for many cycles (every peer trimmed it) is left to a snapshot.
-//! Pooled parts stay in memory; the durable record keeps what this acceptor accepted.
+//! §3.5's fc′/fr′). A peer is sent one request at a time: while its answer is outstanding
+//! it is not asked again (the same slots would be answered twice) until `RESEND_AFTER`
+//! cycles passed (a lost request or answer). Without that rule a peer whose answers took
+//! longer than a cycle — behind a shaped NIC, 8 MB of shards take 2 s at 31.25 Mbit/s — was
+//! asked again every cycle, each answer queued behind the last, the answerer's NIC filled
+//! with copies and the Accepts and heartbeats behind them starved: the shaped Fig. 6 runs
+//! stalled at 0 ops/s with every NIC at its cap, and RSPaxos, whose followers all fetch from
+//! the leader, lost its leader again and again. Answers are also kept small
+//! (`FILL_BYTES`), so what one answer puts ahead of an Accept is bounded. Peers that left a
+//! request unanswered for 10 cycles are asked last; a slot that stays incomplete for many
+//! cycles (every peer trimmed it) is left to a snapshot. Pooled parts stay in memory; the
+//! durable record keeps what this acceptor accepted.
 //!
 //! With the full-copy codec every held value is executable and none of this runs.
 
 use super::*;
 
-/// Payload bytes asked for in one fetch cycle.
-const FILL_BYTES: usize = 8 << 20;
-/// A peer that left this many requests in a row unanswered is asked last (§4.2).
+/// Payload bytes asked for in one fetch cycle, and answered in one `Fill` (at least one
+/// slot): 256 KB is 64 ms of a 31.25 Mbit/s NIC, so four askers' answers stay well inside an
+/// election timeout, and still 64 MB/s per peer on a 4 ms round trip.
+const FILL_BYTES: usize = 256 << 10;
+/// A peer whose request stayed unanswered this many cycles is asked last (§4.2).
 const SILENT_AFTER: u32 = 10;
+/// A request unanswered this many cycles is sent again (it or its answer was lost).
+const RESEND_AFTER: u32 = 16;
 /// Fetch cycles a slot may stay incomplete before the replica takes a snapshot instead.
 const SNAPSHOT_AFTER: u32 = 40;
 
@@ -75,7 +88,9 @@ impl MultiPaxos {
             }
             limit = limit.min(slot);
         }
-        let silent = |p: NodeId| self.filling.silent.get(&p).is_some_and(|n| *n >= SILENT_AFTER);
+        let now = ctx.now;
+        let silent =
+            |p: NodeId| self.filling.asked.get(&p).is_some_and(|(since, _)| now >= *since + cycle * SILENT_AFTER);
         let mut asks: BTreeMap<NodeId, Vec<(u64, Vec<u16>)>> = BTreeMap::new();
         let mut bytes = 0;
         let mut slots = 0;
@@ -96,7 +111,14 @@ impl MultiPaxos {
             if peer == self.id {
                 continue;
             }
-            *self.filling.silent.entry(peer).or_default() += 1;
+            // One request at a time per peer: its answer is on its way (or lost).
+            match self.filling.asked.get_mut(&peer) {
+                Some((_, last)) if now < *last + cycle * RESEND_AFTER => continue,
+                Some((_, last)) => *last = now,
+                None => {
+                    self.filling.asked.insert(peer, (now, now));
+                }
+            }
             ctx.send(peer, &Msg::FillReq { asks });
         }
     }
@@ -126,7 +148,7 @@ impl MultiPaxos {
     /// Parts of slots we asked for: pool them with what we hold of the same payload, and
     /// execute what became complete.
     pub(super) fn on_fill(&mut self, ctx: &mut Ctx<'_>, from: NodeId, pieces: Vec<(u64, Value)>) {
-        self.filling.silent.remove(&from);
+        self.filling.asked.remove(&from);
         let mut completed = false;
         for (slot, piece) in pieces {
             let Some(s) = self.log.get(slot) else { continue };

@@ -13,57 +13,8 @@
 //! for one lease duration.
 
 use super::*;
-use synod_core::lease::{Grantor, Holder, LeaseConfig};
-
-/// The options this file reads.
-pub(super) const LEASE_OPTIONS: &[&str] = &["read_lease", "lease_ms", "lease_drift_ppm"];
-
-/// Lease state of one replica (absent when the option is off).
-pub(super) struct Leases {
-    pub cfg: LeaseConfig,
-    /// As an acceptor: whom we promised not to desert, until when.
-    pub grantor: Grantor,
-    /// As the leader: rounds in flight and the lease held (reset with each ballot).
-    pub holder: Holder,
-    /// The leader answers lease reads once it executed up to here (the end of what its
-    /// election found).
-    pub read_floor: u64,
-    /// Reads answered from the lease since this replica started (status `lease_reads`).
-    pub reads: u64,
-}
-
-impl Leases {
-    /// From the protocol options: `read_lease=on|off` (default off), `lease_ms` (default the
-    /// minimum election timeout, so a leader's crash delays the next election by nothing),
-    /// `lease_drift_ppm` (default 1000).
-    pub(super) fn from_params(params: &ProtocolParams) -> Result<Option<Leases>, String> {
-        if !params.flag("read_lease", false)? {
-            return Ok(None);
-        }
-        let int = |name: &str, default: u64| -> Result<u64, String> {
-            match params.options.get(name) {
-                None => Ok(default),
-                Some(v) => v.parse::<u64>().map_err(|_| format!("option {name}: {v:?} is not a non-negative integer")),
-            }
-        };
-        let lease_ms = int("lease_ms", params.election_timeout_min_ms)?;
-        if lease_ms == 0 || lease_ms > params.election_timeout_min_ms {
-            return Err(format!(
-                "option lease_ms: {lease_ms} must be in 1..={} (the minimum election timeout: a longer lease would delay elections after a leader's crash)",
-                params.election_timeout_min_ms
-            ));
-        }
-        let drift_ppm = int("lease_drift_ppm", 1000)?;
-        if drift_ppm >= 100_000 {
-            return Err(format!("option lease_drift_ppm: {drift_ppm} is not a plausible clock rate error (< 100000)"));
-        }
-        let cfg = LeaseConfig { duration: Duration::from_millis(lease_ms), drift_ppm, guard: Duration::from_millis(1) };
-        if cfg.usable() <= params.heartbeat() {
-            return Err(format!("option lease_ms: {lease_ms} leaves no usable lease beyond a heartbeat interval"));
-        }
-        Ok(Some(Leases { cfg, grantor: Grantor::default(), holder: Holder::default(), read_floor: 0, reads: 0 }))
-    }
-}
+use synod_core::lease::{Grantor, LeaseConfig};
+pub(super) use synod_core::lease::{Leases, LEASE_OPTIONS};
 
 impl MultiPaxos {
     /// On restart: refuse every candidate for one lease duration.
@@ -88,8 +39,7 @@ impl MultiPaxos {
     /// The leader of a new ballot may read once it executed up to `floor`.
     pub(super) fn lease_floor(&mut self, floor: u64) {
         if let Some(l) = self.leases.as_mut() {
-            l.holder.reset();
-            l.read_floor = floor;
+            l.lead_from(floor);
         }
     }
 
@@ -139,10 +89,9 @@ impl MultiPaxos {
         let ok = self.role == Role::Leader && self.config_pending.is_none() && !cmd.op.is_write();
         let ignore_expiry = self.variant.lease_reads_unchecked;
         let Some(l) = self.leases.as_mut() else { return Some(cmd) };
-        if !ok || executed < l.read_floor || !(ignore_expiry || l.holder.valid(ctx.now)) {
+        if !ok || !l.try_read(ctx.now, executed, ignore_expiry) {
             return Some(cmd);
         }
-        l.reads += 1;
         ctx.push(Action::Read { client, cmd });
         None
     }

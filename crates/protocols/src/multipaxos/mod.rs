@@ -6,8 +6,9 @@
 //!    phase 1 once for all future slots (`Prepare` from its committed prefix on); a quorum of
 //!    `Promise`s makes it leader. It re-proposes, under its own ballot, the highest-ballot
 //!    value each slot was accepted with, and fills holes with no-ops.
-//! 2. **Normal operation** (`phase2.rs`) — the leader batches client requests (adaptive: a
-//!    batch is whatever queued while the pipeline window was full), assigns the next slot and
+//! 2. **Normal operation** (`phase2.rs`) — the leader batches client requests (the requests
+//!    of one driver turn, `Protocol::flush`, and whatever queued while the pipeline window
+//!    was full), assigns the next slot and
 //!    runs phase 2 (`Accept` / `Accepted`) with many slots in flight. A slot is chosen when a
 //!    majority accepted it.
 //! 3. **Commit notification and execution** (`commit.rs`) — the leader's committed prefix
@@ -137,8 +138,9 @@ struct Filling {
     next_at: Time,
     /// The first incomplete slot of the last cycle and how many cycles it stayed so.
     stuck: (u64, u32),
-    /// Fetch cycles each peer left unanswered in a row.
-    silent: BTreeMap<NodeId, u32>,
+    /// Peers with a request unanswered: since when (the first unanswered one) and when it
+    /// was last sent.
+    asked: BTreeMap<NodeId, (Time, Time)>,
     /// The last log index seen and when it last grew (the deferral gap is waived once the
     /// log stops growing).
     last: (u64, Time),
@@ -536,6 +538,11 @@ impl Protocol for MultiPaxos {
         }
         self.propose_layer_ready(ctx);
         self.trim_step();
+    }
+
+    /// The end of the driver's turn: the requests queued during it go out together.
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        self.propose_queued(ctx);
     }
 
     fn status(&self) -> Status {

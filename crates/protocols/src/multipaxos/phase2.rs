@@ -1,7 +1,8 @@
 //! 2. **Normal operation: phase 2, pipelined and batched.**
 //!
-//! The leader batches client requests (adaptive: a batch is whatever queued while the
-//! pipeline window was full), assigns the next slot and runs phase 2 (`Accept` / `Accepted`)
+//! The leader batches client requests (the requests of one driver turn, proposed at its end,
+//! `Protocol::flush`; adaptively, whatever queued while the pipeline window was full),
+//! assigns the next slot and runs phase 2 (`Accept` / `Accepted`)
 //! with many slots in flight; its own acceptance is persisted before the Accepts leave. A
 //! slot is chosen when a quorum accepted it; chosen slots are executed in slot order
 //! (`commit.rs`). An acceptor takes an Accept of a ballot at least its promise, persists it,
@@ -16,8 +17,9 @@ impl MultiPaxos {
         ctx.answer(client, cmd, ReplyBody::NotLeader { leader });
     }
 
-    /// A client request: the leader queues and proposes it, a candidate holds it, anyone else
-    /// redirects.
+    /// A client request: the leader queues it and proposes it at the end of the turn with
+    /// every other request of the turn in one slot ([`Protocol::flush`]), a candidate holds
+    /// it, anyone else redirects.
     pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
         // A read the lease covers is answered at once, without a slot (`lease.rs`).
         let Some(cmd) = self.try_lease_read(ctx, client, cmd) else { return };
@@ -26,17 +28,15 @@ impl MultiPaxos {
             return self.fast_request(ctx, Some(client), cmd);
         }
         match self.role {
-            Role::Leader => {
-                self.queue.push(Some(client), cmd);
-                self.propose_queued(ctx);
-            }
             // A candidate may win shortly: hold the request rather than bounce it.
-            Role::Candidate => self.queue.push(Some(client), cmd),
+            Role::Leader | Role::Candidate => self.queue.push(Some(client), cmd),
             _ => self.redirect(ctx, client, &cmd),
         }
     }
 
-    /// Propose queued requests while the pipeline window has room.
+    /// Propose queued requests while the pipeline window has room: at the end of each turn
+    /// (all the turn's requests in one slot, up to `max_batch`), and whenever slots commit
+    /// (what queued while the window was full).
     pub(super) fn propose_queued(&mut self, ctx: &mut Ctx<'_>) {
         if self.role != Role::Leader || self.config_pending.is_some() {
             return;

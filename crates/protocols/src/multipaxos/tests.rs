@@ -37,6 +37,26 @@ fn elects_one_leader_and_replicates() {
 }
 
 #[test]
+fn requests_of_one_turn_share_one_slot() {
+    let mut net = net(3);
+    let l = elect(&mut net);
+    let next_slot = |net: &Net| net.node(l).p.status().extra["next_slot"].parse::<u64>().unwrap();
+    let before = next_slot(&net);
+    net.requests_in_one_turn(l, vec![(1, 1, put("a", "1")), (2, 1, put("b", "2")), (3, 1, get("a"))]);
+    assert_eq!(next_slot(&net), before + 1, "three requests of one turn, one slot");
+    assert_eq!(net.reply_for(1, 1), Some(&DONE));
+    assert_eq!(net.reply_for(2, 1), Some(&DONE));
+    assert_eq!(net.reply_for(3, 1), Some(&value("1")));
+    // Requests of separate turns get a slot each.
+    net.request(l, 1, 2, put("a", "3"));
+    net.request(l, 2, 2, get("a"));
+    assert_eq!(next_slot(&net), before + 3);
+    assert_eq!(net.reply_for(2, 2), Some(&value("3")));
+    net.run_for(Duration::from_millis(200));
+    net.assert_agreement();
+}
+
+#[test]
 fn single_node_cluster_serves_alone() {
     let mut net = net(1);
     assert_eq!(net.leader(), Some(1));

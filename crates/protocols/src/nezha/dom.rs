@@ -188,10 +188,11 @@ impl Dom {
 }
 
 /// The one-way-delay estimate of §3: per receiver, a sliding window of OWD samples (receive
-/// time minus send time on synchronized clocks); the estimate is a percentile of the window
-/// (the paper's 50th), clamped to `[0, clamp]` (an invalid sample, negative or beyond the
-/// clamp, makes the estimate the clamp). The deadline of a message to several receivers is
-/// the send time plus the largest estimate.
+/// time minus send time on synchronized clocks); the estimate is a percentile P of the window
+/// (the paper's 50th) plus the clock-error term β(σ_S + σ_R) ([`OwdEstimator::estimate`]),
+/// clamped to `[0, clamp]` (an estimate out of that range, negative or beyond the clamp D,
+/// becomes D). The deadline of a message to several receivers is the send time plus the
+/// largest estimate.
 #[derive(Clone, Debug)]
 pub struct OwdEstimator {
     window: usize,
@@ -221,22 +222,32 @@ impl OwdEstimator {
         }
     }
 
-    /// The estimate for one receiver (the clamp when it has no samples yet).
-    pub fn estimate(&self, receiver: u32) -> u64 {
+    /// The estimate for one receiver, P + `error` (the clamp D when it has no samples yet or
+    /// the sum is out of `[0, D]`). `error` is §3's β(σ_S + σ_R): the clock-error bounds of
+    /// sender and receiver ([`clock_error_term`]).
+    pub fn estimate(&self, receiver: u32, error: u64) -> u64 {
         let Some(w) = self.samples.get(&receiver).filter(|w| !w.is_empty()) else { return self.clamp };
         let mut v: Vec<i64> = w.iter().copied().collect();
         v.sort_unstable();
         let rank = ((v.len() - 1) as u64 * self.percentile as u64 / 100) as usize;
         let p = v[rank];
-        if p < 0 || p as u64 > self.clamp {
-            self.clamp
-        } else {
-            p as u64
+        match u64::try_from(p).ok().and_then(|p| p.checked_add(error)) {
+            Some(owd) if owd <= self.clamp => owd,
+            _ => self.clamp,
         }
     }
 
     /// The estimate for a multicast: the largest over the receivers.
-    pub fn estimate_all(&self, receivers: impl IntoIterator<Item = u32>) -> u64 {
-        receivers.into_iter().map(|r| self.estimate(r)).max().unwrap_or(self.clamp)
+    pub fn estimate_all(&self, receivers: impl IntoIterator<Item = u32>, error: u64) -> u64 {
+        receivers.into_iter().map(|r| self.estimate(r, error)).max().unwrap_or(self.clamp)
     }
+}
+
+/// §3's clock-error term β(σ_S + σ_R) in nanoseconds, from the sender's error bound
+/// (`Ctx::clock_error` / `ClientCtx::clock_error`) and β in percent. The receivers' bounds
+/// are not reported to the sender: it takes them to be its own (the hosts of a deployment
+/// run the same clock synchronization), so σ_S + σ_R = 2σ_S.
+pub fn clock_error_term(own_error: std::time::Duration, beta_pct: u64) -> u64 {
+    let sigma = own_error.as_nanos().min(u64::MAX as u128) as u64;
+    (sigma as u128 * 2 * beta_pct as u128 / 100).min(u64::MAX as u128) as u64
 }

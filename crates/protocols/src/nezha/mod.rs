@@ -43,8 +43,16 @@
 //!   restarted replica resumes in its view as a follower (or as the leader of its view) with
 //!   its log and re-executes committed entries. The diskless mode with crash vectors is not
 //!   implemented.
-//! - a receiver clamps a deadline more than `owd_max_ms` ahead of its own clock to that
-//!   bound (badly skewed clocks then cost fast commits, never a long hold).
+//! - **clock error** (§3): the deadline's one-way-delay estimate is P + β(σ_S + σ_R) with σ
+//!   the driver's clock-error bound (`Ctx::clock_error`, `ClientCtx::clock_error`; the
+//!   receivers' σ taken to be the sender's own), β = `owd_beta_pct`/100, clamped to D =
+//!   `owd_max_ms` when out of [0, D].
+//! - a receiver clamps a deadline more than D ahead of its own clock to D: badly skewed
+//!   clocks then cost fast commits, never a long hold. (An honest sender's deadline can be
+//!   up to D + σ_S + σ_R ahead of the receiver's clock; holding that long was tried: with
+//!   the simulator's clock faults, σ ≈ 1 s, every request and each of its retries waited
+//!   seconds and a client ran out of the liveness budget, seed 190 of
+//!   `synod check --protocol nezha --faults all,clock-jump`.)
 //! - **retries**: the leader appends a request again unless it is in the uncommitted part of
 //!   its log; executing a retry twice is harmless (the session table answers it from the
 //!   first execution). A follower checks that its copy of a request is the leader's (a digest
@@ -114,6 +122,9 @@ pub struct Options {
     pub owd_window: usize,
     /// The clamp D of §3, in milliseconds.
     pub owd_max_ms: u64,
+    /// β of §3 in percent (default 100): the deadline's margin for clock error is
+    /// β(σ_S + σ_R), from the driver's `Ctx::clock_error`.
+    pub owd_beta_pct: u64,
     /// The leader executes entries when it appends them (§5.3), provisionally, and a
     /// deposed leader rolls them back (on by default).
     pub speculate: bool,
@@ -130,7 +141,16 @@ impl Options {
     fn parse(p: &ProtocolParams) -> Result<Options, String> {
         p.check_options(
             "nezha",
-            &["commutativity", "owd_percentile", "owd_window", "owd_max_ms", "speculate", "offload", "dom"],
+            &[
+                "commutativity",
+                "owd_percentile",
+                "owd_window",
+                "owd_max_ms",
+                "owd_beta_pct",
+                "speculate",
+                "offload",
+                "dom",
+            ],
         )?;
         let num = |k: &str, d: u64| -> Result<u64, String> {
             match p.options.get(k) {
@@ -143,6 +163,7 @@ impl Options {
             owd_percentile: num("owd_percentile", 50)? as u32,
             owd_window: num("owd_window", 1000)? as usize,
             owd_max_ms: num("owd_max_ms", 10)?,
+            owd_beta_pct: num("owd_beta_pct", 100)?,
             speculate: p.flag("speculate", true)?,
             offload: p.flag("offload", true)?,
             dom: p.flag("dom", true)?,
@@ -349,6 +370,11 @@ impl Nezha {
 
     fn owd_max(&self) -> u64 {
         Duration::from_millis(self.opts.owd_max_ms).as_nanos() as u64
+    }
+
+    /// §3's β(σ_S + σ_R) for this replica's clock-error bound.
+    fn clock_margin(&self, ctx: &Ctx<'_>) -> u64 {
+        dom::clock_error_term(ctx.clock_error, self.opts.owd_beta_pct)
     }
 
     fn persist(&mut self, ctx: &mut Ctx<'_>, records: Vec<Record>) {

@@ -18,7 +18,7 @@ impl Nezha {
     /// (§3) — and multicasts it.
     pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
         self.remember_client(client, &cmd);
-        let owd = self.owd.estimate_all(self.peers().collect::<Vec<_>>());
+        let owd = self.owd.estimate_all(self.peers().collect::<Vec<_>>(), self.clock_margin(ctx));
         let deadline = ctx.now.as_nanos().saturating_add(owd);
         ctx.broadcast(&Msg::Request { deadline, cmd: cmd.clone() });
         self.receive(ctx, deadline, cmd);
@@ -65,7 +65,8 @@ impl Nezha {
             return;
         }
         // A deadline far beyond this clock comes from a badly skewed sender: hold it no
-        // longer than the clamp D.
+        // longer than the clamp D (not D plus the clock-error margin: with clocks seconds
+        // apart that would hold each request for seconds, and every retry again).
         let deadline = deadline.min(ctx.now.as_nanos().saturating_add(self.owd_max()));
         let leading = self.is_leader() && self.mode == Mode::Normal;
         if leading && self.dom.is_late(&req) {

@@ -20,7 +20,7 @@
 //! [`ProxyStamp`]; a fast-reply is `Speculative { view, digest: hash, result }` (result from
 //! the leader only), a slow-reply `SlowReply { view }`.
 
-use super::dom::OwdEstimator;
+use super::dom::{clock_error_term, OwdEstimator};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,7 +87,8 @@ fn committed(votes: &BTreeMap<NodeId, Vote>, members: &[NodeId], super_quorum: u
 }
 
 /// The registry's client policy for nezha: a proxy per session, with the protocol's OWD
-/// options (`owd_window`, `owd_percentile`, `owd_max_ms`) and the host's attempt timeout.
+/// options (`owd_window`, `owd_percentile`, `owd_max_ms`, `owd_beta_pct`) and the host's
+/// attempt timeout.
 pub fn policy(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
     Box::new(proxy_from(cfg))
 }
@@ -105,12 +106,15 @@ fn proxy_from(cfg: &ClientConfig) -> NezhaProxy {
         Duration::from_millis(num("owd_max_ms", 10)),
         cfg.retry.attempt_timeout,
     )
+    .with_beta_pct(num("owd_beta_pct", 100))
 }
 
 /// A Nezha proxy for one session.
 #[derive(Clone, Debug)]
 pub struct NezhaProxy {
     owd: OwdEstimator,
+    /// β of §3, in percent.
+    beta_pct: u64,
     attempt_timeout: Duration,
     sent_at: Time,
     /// The deadline of the session's last request: deadlines increase within a session, so
@@ -138,6 +142,7 @@ impl NezhaProxy {
     pub fn new(window: usize, percentile: u32, clamp: Duration, attempt_timeout: Duration) -> NezhaProxy {
         NezhaProxy {
             owd: OwdEstimator::new(window, percentile, clamp.as_nanos() as u64),
+            beta_pct: 100,
             attempt_timeout,
             sent_at: Time::ZERO,
             last_deadline: 0,
@@ -152,21 +157,28 @@ impl NezhaProxy {
         }
     }
 
+    /// β of §3 in percent (100 by default).
+    pub fn with_beta_pct(mut self, beta_pct: u64) -> NezhaProxy {
+        self.beta_pct = beta_pct;
+        self
+    }
+
     /// The mutation test's proxy: a super quorum one replica too small.
     pub fn with_small_super_quorum(mut self) -> NezhaProxy {
         self.small_super_quorum = true;
         self
     }
 
-    /// The latency bound for a multicast to `members` now.
-    pub fn bound(&self, members: &[NodeId]) -> u64 {
-        self.owd.estimate_all(members.iter().copied())
+    /// The latency bound for a multicast to `members` now, from a proxy whose clock has the
+    /// error bound `clock_error`: P + β(σ_S + σ_R), clamped (§3).
+    pub fn bound(&self, members: &[NodeId], clock_error: Duration) -> u64 {
+        self.owd.estimate_all(members.iter().copied(), clock_error_term(clock_error, self.beta_pct))
     }
 
     fn submit(&mut self, cx: &mut ClientCtx<'_>) {
         self.sent_at = cx.now;
         self.votes.clear();
-        let mut bound = self.bound(cx.members);
+        let mut bound = self.bound(cx.members, cx.clock_error);
         let now = cx.now.as_nanos();
         if now.saturating_add(bound) <= self.last_deadline {
             bound = self.last_deadline + 1 - now;
@@ -427,6 +439,44 @@ mod tests {
         let a = h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from: 2, body: ReplyBody::Done(OpResult::Done) }));
         assert_eq!(finished(&a), Some(Outcome::Done(OpResult::Done)));
         // The round trip of 4 ms gave replica 2 a 2 ms sample.
-        assert_eq!(p.owd.estimate(2), 2_000_000);
+        assert_eq!(p.owd.estimate(2, 0), 2_000_000);
+    }
+
+    #[test]
+    fn the_deadline_widens_with_the_clock_error_bound_up_to_the_clamp() {
+        let mut h = Host::new(3);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        h.now = Time::from_millis(1002);
+        // Slow-replies without the leader's fast-reply keep the request open.
+        h.run(|cx| p.on_reply(cx, slow(2, 0)));
+        h.run(|cx| p.on_reply(cx, slow(3, 0)));
+        let a = h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from: 1, body: ReplyBody::Done(OpResult::Done) }));
+        assert!(finished(&a).is_some());
+        // Every replica's sample: 1 ms (half of 2 ms).
+        let members = [1, 2, 3];
+        assert_eq!(p.bound(&members, Duration::ZERO), 1_000_000);
+        // σ = 1 ms on both sides, β = 1: P + 2 ms.
+        assert_eq!(p.bound(&members, Duration::from_millis(1)), 3_000_000);
+        // β = 0.5.
+        assert_eq!(p.clone().with_beta_pct(50).bound(&members, Duration::from_millis(1)), 2_000_000);
+        // Beyond D (10 ms): D.
+        assert_eq!(p.bound(&members, Duration::from_millis(300)), 10_000_000);
+        // The stamp the host's clock error gives.
+        let mut h = Host::new(3);
+        h.now = Time::from_millis(2000);
+        let mut out = Vec::new();
+        let mut cx = ClientCtx::new(h.now, &mut h.rng, &h.members, 0, &mut out);
+        cx.clock_error = Duration::from_micros(500);
+        p.begin(&mut cx, &cmd());
+        let stamps: Vec<ProxyStamp> = out
+            .iter()
+            .filter_map(|x| match x {
+                ClientAction::Send { meta, .. } => synod_core::protocol::decode(&meta.ext).ok(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stamps.len(), 3);
+        assert!(stamps.iter().all(|s| s.bound == 2_000_000), "{stamps:?}");
     }
 }

@@ -48,10 +48,10 @@
 //!    every replica held them in full would also do, but it blocks compaction for as long as
 //!    one replica is down, which is exactly when CRaft runs on full copies for a long time.
 
-use super::msg::{Entry, Msg, Payload, Record};
-use super::{Pull, Raft, Report, SnapshotArgs};
+use super::msg::{Entry, Msg, Payload, Record, SnapshotChunk};
+use super::{Pull, Raft, Report};
 use bytes::Bytes;
-use synod_core::snapshot::{chunk, Snapshot};
+use synod_core::snapshot::Snapshot;
 use synod_core::{Ctx, NodeId, Role, Time};
 
 /// Most entries asked for in one `Gather`.
@@ -323,22 +323,14 @@ impl Raft {
             return;
         }
         self.reset_election_timer(ctx);
-        let Some(s) = self.snapshot.as_ref().filter(|s| s.index >= index) else { return };
-        let data = s.data.slice_ref(chunk(&s.data, offset, self.params.snapshot_chunk_bytes));
-        let m = Msg::PulledSnapshot {
-            term: self.term,
-            index: s.index,
-            snap_term: s.term,
-            offset,
-            total: s.data.len() as u64,
-            data,
-        };
-        ctx.send(from, &m);
+        if self.snapshot.as_ref().is_some_and(|s| s.index >= index) {
+            self.send_chunk(ctx, from, offset, Msg::PulledSnapshot);
+        }
     }
 
     /// The recovering leader assembles the pulled snapshot and, once complete, installs it
     /// (keeping its log after it) and goes on settling its partial entries.
-    pub(super) fn on_pulled_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotArgs) {
+    pub(super) fn on_pulled_snapshot(&mut self, ctx: &mut Ctx<'_>, from: NodeId, m: SnapshotChunk) {
         if self.heard_from_follower(ctx, from, m.term).is_none() {
             return;
         }

@@ -36,6 +36,27 @@ fn elects_replicates_and_redirects() {
 }
 
 #[test]
+fn requests_of_one_turn_share_one_entry() {
+    for b in [build as crate::testnet::Build, build_plus] {
+        let mut net = Net::new(3, b);
+        let l = elect(&mut net);
+        let last = |net: &Net| net.node(l).p.status().extra["last_index"].parse::<u64>().unwrap();
+        let before = last(&net);
+        net.requests_in_one_turn(l, vec![(1, 1, put("a", "1")), (2, 1, put("b", "2")), (3, 1, get("a"))]);
+        assert_eq!(last(&net), before + 1, "three requests of one turn, one entry");
+        assert_eq!(net.reply_for(1, 1), Some(&DONE));
+        assert_eq!(net.reply_for(2, 1), Some(&DONE));
+        assert_eq!(net.reply_for(3, 1), Some(&value("1")));
+        net.request(l, 1, 2, put("a", "3"));
+        net.request(l, 2, 2, get("a"));
+        assert_eq!(last(&net), before + 3, "requests of separate turns, an entry each");
+        assert_eq!(net.reply_for(2, 2), Some(&value("3")));
+        net.run_for(Duration::from_millis(200));
+        net.assert_agreement();
+    }
+}
+
+#[test]
 fn single_node() {
     let mut net = Net::new(1, build);
     assert_eq!(net.leader(), Some(1));
@@ -545,7 +566,7 @@ fn craft_recovering_leader_pulls_the_snapshot_of_a_follower_that_compacted_its_s
     let (a, b) = (f[0], f[1]);
     // `b` acknowledges its shards (so entries commit on q = 3) but never gets a full copy:
     // no Fill, no snapshot. `a` executes through fills and compacts.
-    net.drop = Box::new(move |_, to, m| to == b && is_msg(m, |m| matches!(m, Msg::Fill { .. } | Msg::Snapshot { .. })));
+    net.drop = Box::new(move |_, to, m| to == b && is_msg(m, |m| matches!(m, Msg::Fill { .. } | Msg::Snapshot(_))));
     for i in 1..=30 {
         net.request(l, 1, i, put(&format!("k{}", i % 4), &big(i)));
         assert_eq!(net.reply_for(1, i), Some(&DONE));
@@ -562,7 +583,7 @@ fn craft_recovering_leader_pulls_the_snapshot_of_a_follower_that_compacted_its_s
     let pulled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let p2 = pulled.clone();
     net.drop = Box::new(move |from, to, m| {
-        if from == a && to == b && is_msg(m, |m| matches!(m, Msg::PulledSnapshot { .. })) {
+        if from == a && to == b && is_msg(m, |m| matches!(m, Msg::PulledSnapshot(_))) {
             p2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         from == a && is_msg(m, |m| matches!(m, Msg::RequestVote { .. }))

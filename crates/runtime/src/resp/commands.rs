@@ -586,12 +586,14 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
         "exists" => (Op::Exists { keys: a.to_vec() }, Int),
         "type" => (Op::Type { key: key() }, Status),
         "dbsize" => (Op::DbSize, Int),
-        "keys" => (Op::KeyScan { after: Bytes::new(), pattern: Some(key()), count: u32::MAX }, Keys),
+        "keys" => (Op::KeyScan { after: Bytes::new(), pattern: Some(key()), count: u32::MAX, of_type: None }, Keys),
         "scan" => {
-            let (from, pattern, count) = scan_args(a, cursors, true)?;
+            let (from, pattern, count, of_type) = scan_args(a, cursors, true)?;
             match from {
-                Ok(after) => (Op::KeyScan { after, pattern, count }, Scan),
-                Err(fingerprint) => (Op::ScanResume { target: ScanTarget::Keys, fingerprint, pattern, count }, Scan),
+                Ok(after) => (Op::KeyScan { after, pattern, count, of_type }, Scan),
+                Err(fingerprint) => {
+                    (Op::ScanResume { target: ScanTarget::Keys { of_type }, fingerprint, pattern, count }, Scan)
+                }
             }
         }
         "hscan" | "sscan" | "zscan" => {
@@ -600,7 +602,7 @@ fn data_op(name: &str, a: &[Bytes], cursors: &Cursors) -> Result<(Op, Shape), Re
                 "sscan" => ScanOf::Set,
                 _ => ScanOf::ZSet,
             };
-            let (from, pattern, count) = scan_args(&a[1..], cursors, false)?;
+            let (from, pattern, count, _) = scan_args(&a[1..], cursors, false)?;
             match from {
                 Ok(after) => (Op::MemberScan { key: key(), of, after, pattern, count }, Scan),
                 Err(fingerprint) => {
@@ -1083,20 +1085,23 @@ fn getex_op(a: &[Bytes]) -> Result<Op, RespValue> {
     Ok(Op::GetEx { key: a[0].clone(), expire, persist })
 }
 
-/// SCAN cursor [MATCH pattern] [COUNT count]
-/// A cursor and the MATCH / COUNT options of SCAN, HSCAN, SSCAN and ZSCAN: where to continue
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+/// A cursor and the MATCH / COUNT (/ TYPE) options of SCAN, HSCAN, SSCAN and ZSCAN: where to continue
 /// — `Ok(key)`: after the key or member this replica knows the cursor stands for (empty: from
 /// the start); `Err(fingerprint)`: a cursor this replica did not hand out (another replica's,
 /// before a failover or a restart), resumed by the state machine ([`Op::ScanResume`]) — the
-/// pattern and the count. SCAN's TYPE option (`key_scan`) is refused as unsupported; the
-/// member scans have none.
+/// pattern, the count and, for SCAN (`key_scan`), the TYPE in lower case (Redis compares it
+/// ignoring case; the last one given counts; an unknown type matches nothing). The member
+/// scans have no TYPE.
 type ScanFrom = Result<Bytes, u64>;
-fn scan_args(a: &[Bytes], cursors: &Cursors, key_scan: bool) -> Result<(ScanFrom, Option<Bytes>, u32), RespValue> {
+type ScanArgs = (ScanFrom, Option<Bytes>, u32, Option<Bytes>);
+fn scan_args(a: &[Bytes], cursors: &Cursors, key_scan: bool) -> Result<ScanArgs, RespValue> {
     let invalid = || RespValue::err("ERR invalid cursor");
     let cursor: u64 = std::str::from_utf8(&a[0]).ok().and_then(|s| s.parse().ok()).ok_or_else(invalid)?;
     let after = if cursor == 0 { Ok(Bytes::new()) } else { cursors.lookup(cursor).ok_or(cursor) };
     let mut pattern = None;
     let mut count = 10u32;
+    let mut of_type = None;
     let mut i = 1;
     while i < a.len() {
         let opt = a[i].to_ascii_uppercase();
@@ -1110,12 +1115,12 @@ fn scan_args(a: &[Bytes], cursors: &Cursors, key_scan: bool) -> Result<(ScanFrom
                 }
                 count = n.min(u32::MAX as i64) as u32;
             }
-            b"TYPE" if key_scan => return Err(RespValue::err("ERR SCAN TYPE is not supported by synod")),
+            b"TYPE" if key_scan => of_type = Some(Bytes::from(v.to_ascii_lowercase())),
             _ => return Err(syntax_error()),
         }
         i += 2;
     }
-    Ok((after, pattern, count))
+    Ok((after, pattern, count, of_type))
 }
 
 /// Render a data command's result. `OpResult::Error` (WRONGTYPE, not an integer, …) becomes
@@ -1324,17 +1329,32 @@ mod tests {
         assert_eq!(op("DEL a b"), Op::MultiDelete { keys: vec![b("a"), b("b")] });
         assert_eq!(op("HMSET h f 1 g 2"), Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("1")), (b("g"), b("2"))] });
         assert_eq!(op("HEXISTS h f"), Op::HashGet { key: b("h"), fields: vec![b("f")] });
-        assert_eq!(op("SCAN 0"), Op::KeyScan { after: Bytes::new(), pattern: None, count: 10 });
+        assert_eq!(op("SCAN 0"), Op::KeyScan { after: Bytes::new(), pattern: None, count: 10, of_type: None });
         assert_eq!(
             op("scan 0 match u:* count 100"),
-            Op::KeyScan { after: Bytes::new(), pattern: Some(b("u:*")), count: 100 }
+            Op::KeyScan { after: Bytes::new(), pattern: Some(b("u:*")), count: 100, of_type: None }
         );
+        // TYPE: lower case, the last one counts; it rides along a resumed cursor too.
+        assert_eq!(
+            op("SCAN 0 TYPE Hash COUNT 5 TYPE ZSET"),
+            Op::KeyScan { after: Bytes::new(), pattern: None, count: 5, of_type: Some(b("zset")) }
+        );
+        assert_eq!(
+            op("SCAN 99 TYPE string"),
+            Op::ScanResume {
+                target: ScanTarget::Keys { of_type: Some(b("string")) },
+                fingerprint: 99,
+                pattern: None,
+                count: 10
+            }
+        );
+        assert_eq!(error("HSCAN h 0 TYPE hash"), "ERR syntax error");
         assert_eq!(error("SCAN x"), "ERR invalid cursor");
         assert_eq!(error("SCAN -1"), "ERR invalid cursor");
         // A cursor this replica did not hand out is resumed by the state machine.
         assert_eq!(
             op("SCAN 12345 COUNT 5"),
-            Op::ScanResume { target: ScanTarget::Keys, fingerprint: 12345, pattern: None, count: 5 }
+            Op::ScanResume { target: ScanTarget::Keys { of_type: None }, fingerprint: 12345, pattern: None, count: 5 }
         );
         assert_eq!(
             op("ZSCAN z 77"),

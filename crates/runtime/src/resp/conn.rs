@@ -9,7 +9,9 @@
 //!
 //! Where a command goes and how the answers to it count is the protocol's client policy
 //! (the registry's `client`, `synod_core::client_policy`), one instance per command in
-//! flight: a send to this replica goes to its node loop, a send to another replica straight
+//! flight, reused for later commands of the connection once it finished its own (a policy
+//! runs one request at a time, like a client session; what it learns — Nezha's one-way-delay
+//! estimates — carries over, as in the client library and a proxy's native sessions): a send to this replica goes to its node loop, a send to another replica straight
 //! to that replica's native client port through the
 //! [`Forwarder`](super::forward::Forwarder) (a failed forwarding connection is reported to
 //! the policy as unreachable). The policy's home replica is the leader this replica knows of
@@ -122,6 +124,9 @@ struct Conn<'a> {
     fwd_tx: mpsc::UnboundedSender<FwdEvent>,
     /// The policies' randomness (backoffs).
     rng: synod_core::Rng,
+    /// Policies whose command finished, for the next commands (a fresh Nezha proxy policy
+    /// has no one-way-delay samples and stamps every request with the clamp D).
+    idle_policies: Vec<Box<dyn ClientPolicy>>,
     closing: bool,
     /// Inside MULTI.
     multi: Option<MultiState>,
@@ -173,6 +178,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, id: u64, shared: &RespShare
         inflight_bytes: 0,
         fwd_tx,
         rng: synod_core::rng_from_seed(rand::thread_rng().gen()),
+        idle_policies: Vec::new(),
         closing: false,
         multi: None,
         watched: Vec::new(),
@@ -399,7 +405,7 @@ impl Conn<'_> {
         let acked_below = self.pending.keys().next().copied().unwrap_or(seq);
         let size = op.size();
         let cmd = Command { client: self.session, seq, acked_below, now_ms: 0, op };
-        let policy = (self.shared.policy)(&self.shared.client_config);
+        let policy = self.idle_policies.pop().unwrap_or_else(|| (self.shared.policy)(&self.shared.client_config));
         let (started, last_error, timers) = (Instant::now(), String::new(), BTreeMap::new());
         self.pending.insert(seq, Pending { cmd, shape, exec, size, started, policy, timers, last_error });
         self.inflight_bytes += size;
@@ -519,18 +525,22 @@ impl Conn<'_> {
                 RespValue::err(format!("TRYAGAIN {reason}; the command may or may not have been applied"))
             }
         };
-        self.finish(seq, v);
+        // The policy finished its request: it can run the next one.
+        if let Some(p) = self.finish(seq, v) {
+            self.idle_policies.push(p.policy);
+        }
     }
 
-    fn finish(&mut self, seq: u64, v: RespValue) {
+    /// Answer command `seq` with `v`; its pending state, if it was pending.
+    fn finish(&mut self, seq: u64, v: RespValue) -> Option<Pending> {
         // A WATCH answered otherwise than with versions (error, timeout).
         if self.watch_pending.remove(&seq) {
             self.watch_failed = true;
         }
-        if let Some(p) = self.pending.remove(&seq) {
-            self.inflight_bytes -= p.size;
-            self.done.insert(seq, v);
-        }
+        let p = self.pending.remove(&seq)?;
+        self.inflight_bytes -= p.size;
+        self.done.insert(seq, v);
+        Some(p)
     }
 
     async fn check_timeouts(&mut self) {

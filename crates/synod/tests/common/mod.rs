@@ -39,6 +39,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub configs: Vec<NodeConfig>,
     pub children: Vec<Option<Child>>,
+    /// Extra environment of every replica process (e.g. `SYNOD_WAL_POWER_LOSS=1`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -78,6 +80,7 @@ impl Cluster {
                     admin: Default::default(),
                     max_connections: NodeConfig::DEFAULT_MAX_CONNECTIONS,
                     max_pending_bytes: NodeConfig::DEFAULT_MAX_PENDING_BYTES,
+                    clock_error_us: 0,
                     tls: None,
                 };
                 tweak(&mut c);
@@ -89,12 +92,23 @@ impl Cluster {
             std::fs::write(dir.path().join(format!("node{}.toml", c.id)), toml::to_string(c).unwrap()).unwrap();
         }
         let children = configs.iter().map(|_| None).collect();
-        Cluster { dir, configs, children }
+        Cluster { dir, configs, children, env: Vec::new() }
     }
 
     /// Configure and start an `n`-replica cluster, and wait until it has a leader.
     pub async fn start(n: u32, fsync: FsyncMode, tweak: impl Fn(&mut NodeConfig)) -> Cluster {
+        Cluster::start_with_env(n, fsync, &[], tweak).await
+    }
+
+    /// [`Cluster::start`] with extra environment for every replica process.
+    pub async fn start_with_env(
+        n: u32,
+        fsync: FsyncMode,
+        env: &[(&str, &str)],
+        tweak: impl Fn(&mut NodeConfig),
+    ) -> Cluster {
         let mut c = Cluster::configure(n, fsync, tweak);
+        c.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         for id in 1..=n {
             c.spawn(id);
         }
@@ -115,6 +129,22 @@ impl Cluster {
     }
 
     /// Start (or restart) replica `id`; its output is appended to `node<id>.log`.
+    /// Wait until node `id`'s log contains every one of `needles` (log lines are written by a
+    /// background thread, so a line can trail the event that caused it); return the log.
+    pub async fn wait_log(&self, id: NodeId, needles: &[&str], timeout: Duration) -> Result<String, String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let log = std::fs::read_to_string(self.log_path(id)).unwrap_or_default();
+            if needles.iter().all(|n| log.contains(n)) {
+                return Ok(log);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(log);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub fn spawn(&mut self, id: NodeId) {
         assert!(self.children[Self::idx(id)].is_none(), "node {id} is already running");
         let log = || std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(id)).unwrap();
@@ -122,6 +152,7 @@ impl Cluster {
             .arg("server")
             .arg("--config")
             .arg(self.config_path(id))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log())
             .stderr(log())
@@ -356,4 +387,25 @@ pub async fn closed_within(stream: &mut tokio::net::TcpStream, timeout: Duration
     })
     .await
     .is_ok()
+}
+
+/// RESP over TLS: send `commands` (already encoded) and read until `expect` bytes arrived.
+pub async fn resp_over_tls(addr: &str, ca: &std::path::Path, commands: &[u8], expect: usize) -> String {
+    let connector = synod_runtime::tls::client_connector(ca).unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = synod_runtime::tls::server_name_of(addr).unwrap();
+    let mut s = connector.connect(name, tcp).await.expect("TLS to the Redis port");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(commands).await.unwrap();
+    s.flush().await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < expect {
+        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf)).await.unwrap().unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
 }
