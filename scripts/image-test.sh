@@ -35,8 +35,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-start=$(date +%s)
-stamp() { echo "== image [$(($(date +%s) - start))s] $*"; }
+. scripts/lib/common.sh
+script_init image
 
 [[ $(id -u) == 0 ]] || { echo "image-test: needs root (debootstrap, chroot, network namespaces)"; exit 1; }
 for c in debootstrap redis-cli python3 ip unshare; do
@@ -143,14 +143,9 @@ stamp "Dockerfile: build FROM $build_from, runtime FROM $run_from; compose servi
 build_cmd="cargo build --release --locked -p synod"
 [[ ${build_run[0]} == "$build_cmd "* ]] ||
   { echo "image-test: the build stage no longer runs '$build_cmd': ${build_run[0]}"; exit 1; }
-if [[ -n ${SYNOD_BIN:-} ]]; then
-  bin=$(realpath "$SYNOD_BIN")
-  stamp "build stage: using $bin (built by: $build_cmd)"
-else
-  stamp "build stage: $build_cmd"
-  $build_cmd
-  bin="$repo/${CARGO_TARGET_DIR:-target}/release/synod"
-fi
+[[ -n ${SYNOD_BIN:-} ]] && stamp "build stage: using $SYNOD_BIN (built by: $build_cmd)"
+read -r -a build_argv <<<"$build_cmd"
+bin=$(synod_binary "${build_argv[@]}")
 mkdir -p "$tmp/stage"
 cp "$bin" "$tmp/stage/synod"
 strip "$tmp/stage/synod"
@@ -282,38 +277,16 @@ wait_healthy() {
   done
   return 1
 }
-passed=0
-failed=0
-check() { # name expected actual
-  if [[ $2 == "$3" ]]; then
-    passed=$((passed + 1))
-    echo "ok   $1"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL %s\n  expected: %q\n  actual:   %q\n' "$1" "$2" "$3"
-  fi
-}
 cli() { # index args...: redis-cli from the client namespace to service i's Redis port (6379)
   local ipvar="svc${1}_ip"
   shift
   ip netns exec "${tag}cl" redis-cli -h "${!ipvar}" -p 6379 "$@" 2>&1
 }
 role() { cli "$1" info replication | tr -d '\r' | sed -n 's/^synod_role://p'; }
-wait_roles() {
-  local deadline=$(($(date +%s) + 60)) roles
-  while (($(date +%s) < deadline)); do
-    roles="$(role 0) $(role 1) $(role 2)"
-    if [[ $(grep -o leader <<<"$roles" | wc -l) == 1 && $(grep -o follower <<<"$roles" | wc -l) == 2 ]]; then
-      echo "1 2"
-      return 0
-    fi
-    sleep 0.3
-  done
-  echo "$roles"
-}
+roles_ok() { local r; r=$(wait_roles role) && leader_follower_counts "$r" || echo "$r"; }
 
 check "every container passes its compose healthcheck" "yes" "$(wait_healthy && echo yes || echo no)"
-check "one leader, two followers" "1 2" "$(wait_roles)"
+check "one leader, two followers" "1 2" "$(roles_ok)"
 # `ip netns exec`, `unshare`, `sh -c 'exec ...'`, `chroot` and `env` all exec: each $! is the replica.
 check "each replica runs as the image's user ($user, uid $uid)" "$uid $uid $uid" \
   "$(for p in "${pids[@]}"; do ps -o uid= -p "$p"; done | xargs)"
@@ -338,7 +311,7 @@ done
 check "SET while ${services[1]} is down" "OK" "$out"
 start_container 1
 check "${services[1]} healthy again" "yes" "$(wait_healthy && echo yes || echo no)"
-check "one leader, two followers again" "1 2" "$(wait_roles)"
+check "one leader, two followers again" "1 2" "$(roles_ok)"
 check "${services[1]} serves the write made while it was down" "yes" "$(cli 1 get while-down)"
 check "${services[1]} serves data from before its crash" "1" "$(cli 1 get counter)"
 

@@ -17,17 +17,11 @@
 # MULTIHOST_LOOPBACK=1 uses the loopback addresses even where namespaces work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-start=$(date +%s)
-stamp() { echo "== multihost [$(($(date +%s) - start))s] $*"; }
+. scripts/lib/common.sh
+script_init multihost
 
 command -v redis-cli >/dev/null || { echo "multihost: redis-cli is missing (apt-get install redis-tools)"; exit 1; }
-if [[ -n ${SYNOD_BIN:-} ]]; then
-  bin=$(realpath "$SYNOD_BIN")
-else
-  stamp "build"
-  cargo build --release -p synod
-  bin=$(realpath "${CARGO_TARGET_DIR:-target}/release/synod")
-fi
+bin=$(synod_binary)
 
 tmp=$(mktemp -d -t synod-multihost-XXXXXX)
 chmod 755 "$tmp"
@@ -124,36 +118,10 @@ import json, sys, urllib.request
 print(json.load(urllib.request.urlopen(sys.argv[1], timeout=2))[sys.argv[2]])' "http://${ips[$1]}:25300/status" "$2" 2>/dev/null
 }
 role() { cli "$1" info replication | tr -d '\r' | sed -n 's/^synod_role://p'; }
-wait_roles() { # until all three answer and one is the leader
-  local deadline=$(($(date +%s) + 60))
-  while (($(date +%s) < deadline)); do
-    local roles
-    roles="$(role 0) $(role 1) $(role 2)"
-    if [[ $(grep -o leader <<<"$roles" | wc -l) == 1 && $(grep -o follower <<<"$roles" | wc -l) == 2 ]]; then
-      echo "$roles"
-      return 0
-    fi
-    sleep 0.2
-  done
-  echo "no leader with two followers within 60s: $(role 0) $(role 1) $(role 2)"
-  return 1
-}
 
-passed=0
-failed=0
-check() { # name expected actual
-  if [[ $2 == "$3" ]]; then
-    passed=$((passed + 1))
-    echo "ok   $1"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL %s\n  expected: %q\n  actual:   %q\n' "$1" "$2" "$3"
-  fi
-}
-
-roles=$(wait_roles)
+roles=$(wait_roles role) || echo "no leader with two followers within 60s: $roles"
 stamp "cluster up: roles $roles"
-check "one leader, two followers" "1 2" "$(grep -o leader <<<"$roles" | wc -l) $(grep -o follower <<<"$roles" | wc -l)"
+check "one leader, two followers" "1 2" "$(leader_follower_counts "$roles")"
 check "SET through replica 1" "OK" "$(cli 0 set greeting "hello from 1")"
 check "GET through replica 3" "hello from 1" "$(cli 2 get greeting)"
 check "SET through replica 3" "OK" "$(cli 2 set answer 42)"
@@ -184,8 +152,8 @@ while (($(date +%s) < deadline)); do
 done
 check "SET while replica 2 is down" "OK" "$out"
 start_replica 1
-roles=$(wait_roles)
-check "replica 2 back (roles $roles)" "1 2" "$(grep -o leader <<<"$roles" | wc -l) $(grep -o follower <<<"$roles" | wc -l)"
+roles=$(wait_roles role) || true
+check "replica 2 back (roles $roles)" "1 2" "$(leader_follower_counts "$roles")"
 # Reads on a follower are forwarded to the leader: whether replica 2 itself has the writes
 # shows in its execution point, which must reach the leader's.
 leader_i=0

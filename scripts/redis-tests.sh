@@ -14,21 +14,16 @@
 # keeps the temp dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-start=$(date +%s)
-stamp() { echo "== redis-tests [$(($(date +%s) - start))s] $*"; }
+. scripts/lib/common.sh
+script_init redis-tests
+CHECK_QUIET=1
 
 for tool in redis-cli redis-benchmark redis-server python3; do
   command -v "$tool" >/dev/null || { echo "redis-tests: $tool is missing (apt-get install redis-tools redis-server)"; exit 1; }
 done
 python3 -c 'import redis, pytest' || { echo "redis-tests: python3 needs the redis and pytest modules"; exit 1; }
 
-if [[ -n ${SYNOD_BIN:-} ]]; then
-  bin=$SYNOD_BIN
-else
-  stamp "build"
-  cargo build --release -p synod
-  bin="${CARGO_TARGET_DIR:-target}/release/synod"
-fi
+bin=$(synod_binary)
 
 tmp=$(mktemp -d -t synod-redis-XXXXXX)
 pids=()
@@ -125,16 +120,6 @@ for port in ${ports//,/ }; do [[ $(role_of "$port") == follower ]] && follower=$
 [[ -n $follower ]] || { echo "redis-tests: no follower found"; exit 1; }
 stamp "cluster up; follower on $follower"
 
-passed=0
-failed=0
-check() { # name expected actual
-  if [[ $2 == "$3" ]]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    printf 'FAIL %s\n  expected: %q\n  actual:   %q\n' "$1" "$2" "$3"
-  fi
-}
 cli() { redis-cli -p "$p1" "$@" 2>&1; }
 
 stamp "replies compared with a real redis-server (tests/redis/compat.py)"

@@ -17,8 +17,8 @@
 # Needs java (>= 11), mvn, redis-server, redis-cli.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-start=$(date +%s)
-stamp() { echo "== ycsb [$(($(date +%s) - start))s] $*"; }
+. scripts/lib/common.sh
+script_init ycsb
 
 ci=0
 [[ ${1:-} == --ci ]] && ci=1
@@ -40,13 +40,7 @@ if [[ ! -f $jar ]] || [[ -n $(find tools/ycsb-synod/src tools/ycsb-synod/pom.xml
 fi
 [[ -f $jar ]] || { echo "ycsb: $jar was not built"; exit 1; }
 
-if [[ -n ${SYNOD_BIN:-} ]]; then
-  bin=$SYNOD_BIN
-else
-  stamp "build synod"
-  cargo build --release -p synod
-  bin="${CARGO_TARGET_DIR:-target}/release/synod"
-fi
+bin=$(synod_binary)
 
 tmp=$(mktemp -d -t synod-ycsb-XXXXXX)
 out=${OUT:-$tmp/out}
@@ -146,14 +140,6 @@ sys.exit(1 if bad or runtime is None else 0)
 EOF
 }
 
-check() { # name expected actual
-  if [[ $2 == "$3" ]]; then
-    echo "ok   $1"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL %s\n  expected: %q\n  actual:   %q\n' "$1" "$2" "$3"
-  fi
-}
 
 targets=("synod:$leader" "redis-server:$rport")
 ((ci)) || targets=("synod:$leader" "synod-follower:$other" "redis-server:$rport")
