@@ -408,7 +408,40 @@ impl<'a> Ctx<'a> {
 
 /// Encode a protocol message or record (postcard).
 pub fn encode<M: Serialize>(msg: &M) -> Bytes {
-    Bytes::from(postcard::to_allocvec(msg).expect("protocol messages serialize"))
+    Bytes::from(to_exact_vec(msg))
+}
+
+/// The postcard encoding of `msg` in a `Vec` allocated once at its exact size: a first pass
+/// counts the bytes, the second writes them. `postcard::to_allocvec` grows its `Vec` by
+/// doubling, which for a follower's WAL record of a batch of commands meant several
+/// reallocations and copies, and page faults on each fresh larger buffer
+/// (docs/performance.md, third pass; `cargo bench -p synod-core --bench encode`).
+pub fn to_exact_vec<M: Serialize + ?Sized>(msg: &M) -> Vec<u8> {
+    let size = postcard::experimental::serialized_size(msg).expect("protocol messages serialize");
+    postcard::serialize_with_flavor(msg, ExactVec(Vec::with_capacity(size))).expect("protocol messages serialize")
+}
+
+/// A postcard output flavor writing into a `Vec` that was sized beforehand.
+struct ExactVec(Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for ExactVec {
+    type Output = Vec<u8>;
+
+    #[inline(always)]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.0)
+    }
 }
 
 /// Encode `msg`, whose last serialized field is a byte string, as two parts without copying
@@ -417,7 +450,7 @@ pub fn encode<M: Serialize>(msg: &M) -> Bytes {
 /// `encode` of `msg` with the field set to `payload` (postcard writes a byte string as a
 /// varint length and the bytes). `with_empty` must be `msg` with that field empty.
 pub fn encode_with_payload<M: Serialize>(with_empty: &M, payload: Bytes) -> Vec<Bytes> {
-    let mut head = postcard::to_allocvec(with_empty).expect("protocol records serialize");
+    let mut head = to_exact_vec(with_empty);
     assert_eq!(head.pop(), Some(0), "the last field of the record must be an empty byte string");
     let mut len = payload.len() as u64;
     loop {

@@ -84,7 +84,7 @@ pub fn put_frame(out: &mut BytesMut, payload: &[u8]) {
 
 /// Encode a message as one frame.
 pub fn frame<M: Serialize>(msg: &M) -> Bytes {
-    let payload = postcard::to_allocvec(msg).expect("wire messages serialize");
+    let payload = crate::protocol::to_exact_vec(msg);
     let mut out = BytesMut::with_capacity(4 + payload.len());
     put_frame(&mut out, &payload);
     out.freeze()
