@@ -477,12 +477,15 @@ mod tests {
         let mut p = proxy();
         h.run(|cx| p.begin(cx, &cmd()));
         h.now = Time::from_millis(1002);
-        // Slow-replies without the leader's fast-reply keep the request open.
-        h.run(|cx| p.on_reply(cx, slow(2, 0)));
-        h.run(|cx| p.on_reply(cx, slow(3, 0)));
+        // Followers' fast-replies without the leader's keep the request open; each carries
+        // the follower's own sample (1 ms).
+        for from in [2, 3] {
+            let body = ReplyBody::Speculative { view: 0, digest: 1, owd: 1_000_000, result: None };
+            h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from, body }));
+        }
         let a = h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from: 1, body: ReplyBody::Done(OpResult::Done) }));
         assert!(finished(&a).is_some());
-        // Every replica's sample: 1 ms (half of 2 ms).
+        // Every replica's sample: 1 ms (the leader's: half of its 2 ms round trip).
         let members = [1, 2, 3];
         assert_eq!(p.bound(&members, Duration::ZERO), 1_000_000);
         // σ = 1 ms on both sides, β = 1: P + 2 ms.
