@@ -47,6 +47,11 @@
 //!   the driver's clock-error bound (`Ctx::clock_error`, `ClientCtx::clock_error`; the
 //!   receivers' σ taken to be the sender's own), β = `owd_beta_pct`/100, clamped to D =
 //!   `owd_max_ms` when out of [0, D].
+//! - **batching** (as the paper's implementation batches its log-modifications): the
+//!   early-buffer is released, the leader's commit-point announced and a follower's
+//!   log-status sent once per driver turn (`Protocol::flush`), covering every event of it.
+//! - **OWD feedback**: each replica returns its one-way-delay sample of a proxied request
+//!   in its fast-reply (§3); the proxy keeps the window and takes the percentile.
 //! - a receiver clamps a deadline more than D ahead of its own clock to D: badly skewed
 //!   clocks then cost fast commits, never a long hold. (An honest sender's deadline can be
 //!   up to D + σ_S + σ_R ahead of the receiver's clock; holding that long was tried: with
