@@ -104,8 +104,10 @@ pub enum ReplyBody {
     RejectedEarly { reason: String },
     /// A speculative reply, valid only when a client-side quorum of matching replies is seen
     /// (Nezha fast path: `view` and `digest` must match across a super quorum). `result` is
-    /// present only in the leader's reply.
-    Speculative { view: u64, digest: u64, result: Option<OpResult> },
+    /// present only in the leader's reply. `owd` is the replica's one-way-delay sample for
+    /// the request (its receive time minus the sender's `RequestMeta::sent_at`, ns; Nezha
+    /// §3: "the estimated OWD will be replied to the sender"; 0 when not measured).
+    Speculative { view: u64, digest: u64, owd: i64, result: Option<OpResult> },
     /// A follower's slow-reply (Nezha §5.4): it has synced its log with the leader of
     /// `view` up to this request. Counts towards a client-side quorum with the leader's
     /// speculative reply of the same view; never final on its own.
@@ -298,6 +300,8 @@ pub struct SpeculativeReply {
     pub client: ClientRef,
     pub view: u64,
     pub digest: u64,
+    /// The replica's one-way-delay sample, carried into `ReplyBody::Speculative::owd`.
+    pub owd: i64,
 }
 
 /// What a driver hands the protocol with each event.

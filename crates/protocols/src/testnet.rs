@@ -151,7 +151,8 @@ impl Net {
                 Action::Speculate { pos, cmd, reply } => {
                     let r = node.spec.speculate(&mut node.sm, pos, &cmd);
                     if let Some(s) = reply {
-                        let body = ReplyBody::Speculative { view: s.view, digest: s.digest, result: Some(r) };
+                        let body =
+                            ReplyBody::Speculative { view: s.view, digest: s.digest, owd: s.owd, result: Some(r) };
                         self.replies.push(Reply { client: cmd.client, seq: cmd.seq, from: id, body });
                     }
                 }

@@ -453,8 +453,8 @@ impl Driver {
             }
             Action::Speculate { pos, cmd, reply } => {
                 let result = self.spec.speculate(&mut self.sm, pos, &cmd);
-                if let Some(SpeculativeReply { client, view, digest }) = reply {
-                    let body = ReplyBody::Speculative { view, digest, result: Some(result) };
+                if let Some(SpeculativeReply { client, view, digest, owd }) = reply {
+                    let body = ReplyBody::Speculative { view, digest, owd, result: Some(result) };
                     let reply = Reply { client: cmd.client, seq: cmd.seq, from: self.id, body };
                     self.outgoing(Outgoing::Client(client, reply), turn);
                 }

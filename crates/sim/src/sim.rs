@@ -1414,9 +1414,9 @@ impl<'a> Sim<'a> {
                     self.log(&who, || format!("speculate {pos} c{:x}#{} {:?}", cmd.client, cmd.seq, cmd.op));
                     let r = &mut self.replicas[node];
                     let result = r.spec.speculate(&mut r.sm, pos, &cmd);
-                    if let Some(SpeculativeReply { client, view, digest }) = reply {
+                    if let Some(SpeculativeReply { client, view, digest, owd }) = reply {
                         if client.node == id {
-                            let body = ReplyBody::Speculative { view, digest, result: Some(result) };
+                            let body = ReplyBody::Speculative { view, digest, owd, result: Some(result) };
                             let reply = Reply { client: cmd.client, seq: cmd.seq, from: id, body };
                             self.emit(node, Out::ClientReply { conn: client.conn, reply });
                         }

@@ -47,6 +47,11 @@
 //!   the driver's clock-error bound (`Ctx::clock_error`, `ClientCtx::clock_error`; the
 //!   receivers' σ taken to be the sender's own), β = `owd_beta_pct`/100, clamped to D =
 //!   `owd_max_ms` when out of [0, D].
+//! - **batching** (as the paper's implementation batches its log-modifications): the
+//!   early-buffer is released, the leader's commit-point announced and a follower's
+//!   log-status sent once per driver turn (`Protocol::flush`), covering every event of it.
+//! - **OWD feedback**: each replica returns its one-way-delay sample of a proxied request
+//!   in its fast-reply (§3); the proxy keeps the window and takes the percentile.
 //! - a receiver clamps a deadline more than D ahead of its own clock to D: badly skewed
 //!   clocks then cost fast commits, never a long hold. (An honest sender's deadline can be
 //!   up to D + σ_S + σ_R ahead of the receiver's clock; holding that long was tried: with
@@ -207,6 +212,10 @@ struct Counters {
     /// Entries fetched from the leader.
     fetched: u64,
     view_changes: u64,
+    /// Requests released from the early-buffer, and the sum of how long after its
+    /// deadline each was released (the release timer's and the event loop's lag), in µs.
+    released: u64,
+    release_lag_us: u64,
 }
 
 pub struct Nezha {
@@ -273,13 +282,22 @@ pub struct Nezha {
     /// Clients waiting here for a request's execution.
     waiting: HashMap<ReqId, ClientRef>,
     /// Proxies (§4) that multicast a request to this replica and wait for its fast-reply
-    /// (on release) and slow-reply (a follower, once synced).
-    proxied: HashMap<ReqId, ClientRef>,
+    /// (on release) and slow-reply (a follower, once synced), with the request's one-way
+    /// delay as measured here (receive time minus the proxy's send time, §3), returned in
+    /// the fast-reply.
+    proxied: HashMap<ReqId, (ClientRef, i64)>,
     /// The leader: the fast-replies of appended entries, sent with their speculative
     /// execution (position → reply).
     fast_replies: BTreeMap<u64, synod_core::SpeculativeReply>,
     owd: OwdEstimator,
     counters: Counters,
+    /// Work deferred to the end of the driver's turn (`Protocol::flush`), done once for
+    /// all the turn's events as the paper's implementation batches it: releasing the
+    /// early-buffer (one log-modification and one persist for every request released in
+    /// the turn), the leader's commit-point announcement, a follower's log-status.
+    release_due: bool,
+    commit_due: bool,
+    status_due: bool,
 }
 
 impl Nezha {
@@ -334,6 +352,9 @@ impl Nezha {
             proxied: HashMap::new(),
             fast_replies: BTreeMap::new(),
             counters: Counters::default(),
+            release_due: false,
+            commit_due: false,
+            status_due: false,
         })
     }
 
@@ -663,7 +684,7 @@ impl Protocol for Nezha {
                 }
             }
             Event::Timer(TIMER_TICK) => self.on_tick(ctx),
-            Event::Timer(TIMER_RELEASE) => self.release(ctx),
+            Event::Timer(TIMER_RELEASE) => self.release_due = true,
             Event::Timer(_) => {}
             Event::Persisted { token } => self.on_persisted(ctx, token),
             Event::SnapshotTaken { token, data } => self.on_snapshot_taken(ctx, token, data),
@@ -671,6 +692,21 @@ impl Protocol for Nezha {
                 let body = ReplyBody::Invalid { reason: "nezha does not support membership changes".into() };
                 ctx.reply(client, synod_core::Reply { client: 0, seq: id, from: self.id, body });
             }
+        }
+    }
+
+    /// The end of a turn: the deferred work, in protocol order (release first: it may
+    /// advance the sync-point a log-status reports and the commit-point).
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        if std::mem::take(&mut self.release_due) {
+            self.release(ctx);
+        }
+        let normal = self.mode == Mode::Normal;
+        if std::mem::take(&mut self.commit_due) && normal && self.is_leader() {
+            ctx.broadcast(&self.heartbeat());
+        }
+        if std::mem::take(&mut self.status_due) && normal && !self.is_leader() {
+            ctx.send(self.leader_of(self.view), &Msg::LogStatus { view: self.view, sync_point: self.len() });
         }
     }
 
@@ -689,6 +725,8 @@ impl Protocol for Nezha {
         extra.insert("synced_moved".into(), self.counters.synced_moved.to_string());
         extra.insert("fetched".into(), self.counters.fetched.to_string());
         extra.insert("view_changes".into(), self.counters.view_changes.to_string());
+        extra.insert("released".into(), self.counters.released.to_string());
+        extra.insert("release_lag_us".into(), self.counters.release_lag_us.to_string());
         let role = match self.mode {
             Mode::ViewChange => Role::Candidate,
             Mode::Normal if self.is_leader() => Role::Leader,

@@ -18,7 +18,7 @@ impl Nezha {
     /// (§3) — and multicasts it.
     pub(super) fn on_request(&mut self, ctx: &mut Ctx<'_>, client: ClientRef, cmd: Command) {
         self.remember_client(client, &cmd);
-        let owd = self.owd.estimate_all(self.peers().collect::<Vec<_>>(), self.clock_margin(ctx));
+        let owd = self.owd.estimate_all(self.peers(), self.clock_margin(ctx));
         let deadline = ctx.now.as_nanos().saturating_add(owd);
         ctx.broadcast(&Msg::Request { deadline, cmd: cmd.clone() });
         self.receive(ctx, deadline, cmd);
@@ -51,7 +51,8 @@ impl Nezha {
         if self.is_leader() && (!fast || uncommitted) {
             self.remember_client(client, &cmd);
         } else if self.opts.offload && self.proxied.len() < super::MAX_WAITING {
-            self.proxied.insert(req, client);
+            let owd = ctx.now.as_nanos() as i64 - sent_at.as_nanos() as i64;
+            self.proxied.insert(req, (client, owd));
         }
         self.receive(ctx, deadline, cmd);
     }
@@ -90,7 +91,8 @@ impl Nezha {
                 }
             }
         }
-        self.release(ctx);
+        // Released at the end of the turn, with whatever else arrived in it.
+        self.release_due = true;
     }
 
     /// Release what the early-buffer holds up to now (§3): the leader appends to its log,
@@ -99,6 +101,10 @@ impl Nezha {
         // Without DOM (the ablation) a request is released as soon as it arrives.
         let now = if self.opts.dom { ctx.now } else { Time(u64::MAX) };
         let released = self.dom.release(now);
+        for (id, _) in &released {
+            self.counters.released += 1;
+            self.counters.release_lag_us += ctx.now.as_nanos().saturating_sub(id.deadline) / 1_000;
+        }
         if !released.is_empty() {
             if self.is_leader() && self.mode == Mode::Normal {
                 let start = self.len() + 1;
@@ -114,11 +120,11 @@ impl Nezha {
                 for (id, cmd) in released {
                     self.hash.toggle(&id, &cmd);
                     if normal {
-                        if let Some(&client) = self.proxied.get(&id.req()) {
+                        if let Some(&(client, owd)) = self.proxied.get(&id.req()) {
                             // Fig. 4 ④: a follower's fast-reply carries the hash of its log
                             // up to this entry.
                             let digest = self.hash.for_reply(&id, &cmd, self.opts.commutativity);
-                            let body = ReplyBody::Speculative { view: self.view, digest, result: None };
+                            let body = ReplyBody::Speculative { view: self.view, digest, owd, result: None };
                             replies.push((client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body }));
                         }
                     }
@@ -160,14 +166,14 @@ impl Nezha {
     pub(super) fn leader_reply(&mut self, pos: u64) {
         let e = &self.log[self.at(pos)];
         let req = (e.cmd.client, e.cmd.seq);
-        let Some(client) = self.proxied.remove(&req) else { return };
+        let Some((client, owd)) = self.proxied.remove(&req) else { return };
         if !(self.opts.offload && self.opts.speculate) {
             let cmd = e.cmd.clone();
             self.remember_client(client, &cmd);
             return;
         }
         let digest = self.hash.for_reply(&e.id(), &e.cmd, self.opts.commutativity);
-        self.fast_replies.insert(pos, synod_core::SpeculativeReply { client, view: self.view, digest });
+        self.fast_replies.insert(pos, synod_core::SpeculativeReply { client, view: self.view, digest, owd });
     }
 
     /// Persist the entries from `start` on, then broadcast their log-modification (§5.4
@@ -181,6 +187,8 @@ impl Nezha {
         self.logged = len;
         self.persist(ctx, records);
         self.speculate(ctx);
+        // The log-modification carries the commit-point: no separate announcement needed.
+        self.commit_due = false;
         let ids: Vec<(LogId, u64)> = self.log[self.at(start)..].iter().map(|e| (e.id(), cmd_digest(&e.cmd))).collect();
         for chunk_start in (0..ids.len()).step_by(self.params.catchup_chunk.max(1)) {
             let end = (chunk_start + self.params.catchup_chunk.max(1)).min(ids.len());
@@ -279,8 +287,9 @@ impl Nezha {
         if c > self.commit {
             self.commit = c;
             self.execute(ctx);
-            // Tell the followers at once: they execute and answer their clients.
-            ctx.broadcast(&self.heartbeat());
+            // Tell the followers at the end of this turn: they execute and answer their
+            // clients.
+            self.commit_due = true;
         }
     }
 
@@ -397,12 +406,12 @@ impl Nezha {
             // ordering contract).
             for i in first..=len {
                 let cmd = &self.log[self.at(i)].cmd;
-                if let Some(client) = self.proxied.remove(&(cmd.client, cmd.seq)) {
+                if let Some((client, _)) = self.proxied.remove(&(cmd.client, cmd.seq)) {
                     let body = ReplyBody::SlowReply { view: self.view };
                     ctx.reply(client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body });
                 }
             }
-            ctx.send(self.leader_of(self.view), &Msg::LogStatus { view: self.view, sync_point: len });
+            self.status_due = true;
         }
         self.execute(ctx);
         // Stopped short of the leader's log: a request this replica does not hold (or

@@ -13,11 +13,13 @@
 //! - a `Done` from any replica (a replica that executed the request at the commit-point)
 //!   is final as well.
 //!
-//! On a timeout it resubmits with a new send time (§5.5). Without replica receive times in
-//! replies, the proxy samples each replica's one-way delay as half the round trip.
+//! On a timeout it resubmits with a new send time (§5.5). Each replica measures the
+//! request's one-way delay (its receive time minus `s`) and returns it in its fast-reply
+//! (§3: "the estimated OWD will be replied to the sender"); the proxy keeps the window and
+//! takes the percentile. A final reply without one (`Done`) counts half the round trip.
 //!
 //! Wire form: `RequestMeta { sent_at: s, ext }` with `ext` the postcard encoding of
-//! [`ProxyStamp`]; a fast-reply is `Speculative { view, digest: hash, result }` (result from
+//! [`ProxyStamp`]; a fast-reply is `Speculative { view, digest: hash, owd, result }` (result from
 //! the leader only), a slow-reply `SlowReply { view }`.
 
 use super::dom::{clock_error_term, OwdEstimator};
@@ -211,9 +213,20 @@ impl ClientPolicy for NezhaProxy {
         if !self.active || !cx.members.contains(&reply.from) {
             return;
         }
-        // Half the round trip as this replica's one-way delay.
-        let rtt = cx.now.since(self.sent_at);
-        self.owd.sample(reply.from, self.sent_at, self.sent_at + rtt / 2);
+        // The one-way delay: as the replica measured it (its receive time minus the send
+        // time, returned in its fast-reply, §3); for a final reply without one (a `Done`,
+        // the leader's answer without quorum-check offloading) half the round trip. A
+        // slow-reply comes a round later and is no sample. (Half the round trip of a
+        // fast-reply would count the early-buffer hold: the deadline would feed back into
+        // the next estimate.)
+        match &reply.body {
+            ReplyBody::Speculative { owd, .. } => self.owd.sample_owd(reply.from, *owd),
+            ReplyBody::SlowReply { .. } => {}
+            _ => {
+                let rtt = cx.now.since(self.sent_at);
+                self.owd.sample(reply.from, self.sent_at, self.sent_at + rtt / 2);
+            }
+        }
         if let Some(outcome) = final_outcome(&reply.body) {
             if matches!(outcome, Outcome::Done(_)) {
                 self.done_commits += 1;
@@ -223,7 +236,7 @@ impl ClientPolicy for NezhaProxy {
         }
         let vote = match reply.body {
             ReplyBody::SlowReply { view } => Vote::Slow { view },
-            ReplyBody::Speculative { view, digest, result } => Vote::Fast { view, hash: digest, result },
+            ReplyBody::Speculative { view, digest, result, .. } => Vote::Fast { view, hash: digest, result },
             ReplyBody::NotLeader { leader: Some(leader) } if self.retried_for != Some(leader) => {
                 // A replica entered a new view whose log lacks this request: retry to the
                 // new leader's quorum now (§5.5), once per new leader.
@@ -283,7 +296,7 @@ mod tests {
         Command { client: 9, seq: 4, acked_below: 4, now_ms: 0, op: synod_core::Op::Noop }
     }
     fn fast(from: NodeId, view: u64, hash: u64, result: Option<OpResult>) -> Reply {
-        Reply { client: 9, seq: 4, from, body: ReplyBody::Speculative { view, digest: hash, result } }
+        Reply { client: 9, seq: 4, from, body: ReplyBody::Speculative { view, digest: hash, owd: 0, result } }
     }
     fn slow(from: NodeId, view: u64) -> Reply {
         Reply { client: 9, seq: 4, from, body: ReplyBody::SlowReply { view } }
@@ -443,17 +456,36 @@ mod tests {
     }
 
     #[test]
+    fn a_fast_reply_carries_the_replicas_own_one_way_delay() {
+        let mut h = Host::new(3);
+        let mut p = proxy();
+        h.run(|cx| p.begin(cx, &cmd()));
+        // The reply comes 5 ms after the send (the early-buffer held the request), but the
+        // replica measured 300 µs on the way there: that is the sample, not half the 5 ms.
+        h.now = Time::from_millis(1005);
+        let body = ReplyBody::Speculative { view: 0, digest: 1, owd: 300_000, result: None };
+        h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from: 3, body }));
+        assert_eq!(p.owd.estimate(3, 0), 300_000);
+        // A slow-reply is no sample.
+        h.run(|cx| p.on_reply(cx, slow(2, 0)));
+        assert_eq!(p.owd.estimate(2, 0), 10_000_000, "no samples: the clamp D");
+    }
+
+    #[test]
     fn the_deadline_widens_with_the_clock_error_bound_up_to_the_clamp() {
         let mut h = Host::new(3);
         let mut p = proxy();
         h.run(|cx| p.begin(cx, &cmd()));
         h.now = Time::from_millis(1002);
-        // Slow-replies without the leader's fast-reply keep the request open.
-        h.run(|cx| p.on_reply(cx, slow(2, 0)));
-        h.run(|cx| p.on_reply(cx, slow(3, 0)));
+        // Followers' fast-replies without the leader's keep the request open; each carries
+        // the follower's own sample (1 ms).
+        for from in [2, 3] {
+            let body = ReplyBody::Speculative { view: 0, digest: 1, owd: 1_000_000, result: None };
+            h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from, body }));
+        }
         let a = h.run(|cx| p.on_reply(cx, Reply { client: 9, seq: 4, from: 1, body: ReplyBody::Done(OpResult::Done) }));
         assert!(finished(&a).is_some());
-        // Every replica's sample: 1 ms (half of 2 ms).
+        // Every replica's sample: 1 ms (the leader's: half of its 2 ms round trip).
         let members = [1, 2, 3];
         assert_eq!(p.bound(&members, Duration::ZERO), 1_000_000);
         // σ = 1 ms on both sides, β = 1: P + 2 ms.

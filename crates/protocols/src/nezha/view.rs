@@ -165,13 +165,13 @@ impl Nezha {
         // leader: the proxy resubmits it at once (§5.5) instead of after its timeout.
         for i in self.applied.max(self.base) + 1..=self.len() {
             let cmd = &self.log[self.at(i)].cmd;
-            if let Some(client) = self.proxied.remove(&(cmd.client, cmd.seq)) {
+            if let Some((client, _)) = self.proxied.remove(&(cmd.client, cmd.seq)) {
                 let body = ReplyBody::SlowReply { view };
                 ctx.reply(client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body });
             }
         }
         for (d, cmd) in leftovers {
-            if let Some(client) = self.proxied.remove(&(cmd.client, cmd.seq)) {
+            if let Some((client, _)) = self.proxied.remove(&(cmd.client, cmd.seq)) {
                 let body = ReplyBody::NotLeader { leader: Some(from) };
                 ctx.reply(client, Reply { client: cmd.client, seq: cmd.seq, from: self.id, body });
             }
