@@ -1,6 +1,9 @@
 // Command porcupine checks synod operation histories for linearizability with Porcupine's
-// checker and a key-value model partitioned per key. It is the independent oracle for the
-// Rust checker in crates/sim: both must agree on every history of the corpus.
+// checker and a key-value model partitioned per key, or, for histories with kind "op"
+// operations (the rich workload: lists, INCR, APPEND, multi-key operations, scans,
+// MULTI/EXEC), the rich model of rich.go partitioned by connected key groups. It is the
+// independent oracle for the Rust checker in crates/sim: both must agree on every history of
+// the corpus and on the rich histories the simulator writes.
 //
 // Usage: porcupine [-v] FILE...   (the format is docs/history-format.md)
 //

@@ -77,7 +77,13 @@ impl Admin {
         self.request("POST", path, Some(body), timeout)
     }
 
-    fn request(&self, method: &str, path: &str, body: Option<&str>, timeout: Duration) -> std::io::Result<(u16, String)> {
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        timeout: Duration,
+    ) -> std::io::Result<(u16, String)> {
         let addr = self.addr;
         let tcp = TcpStream::connect_timeout(&addr, timeout)?;
         tcp.set_read_timeout(Some(timeout))?;

@@ -877,9 +877,10 @@ struct Sim<'a> {
     fsync_error_rate: f64,
     /// A whole-cluster crash (power loss) is in progress: [`Sim::crash`] loses the page cache.
     power_loss: bool,
-    /// When the whole cluster lost power (virtual ns): with `fsync-batch`, operations
-    /// answered within [`batch_window`] before one may be lost.
-    power_losses: Vec<u64>,
+    /// When the whole cluster lost power and when its first replica came back (virtual ns):
+    /// with `fsync-batch`, operations answered from [`batch_window`] before a power loss
+    /// until the first restart (answers still in flight) may be lost.
+    power_losses: Vec<(u64, Option<u64>)>,
     /// Probability that a persist is followed by a crash inside its fsync window (fault
     /// `storage`), drawn per seed.
     storage_crash_rate: f64,
@@ -935,7 +936,8 @@ pub fn run(cfg: &SimConfig) -> RunReport {
     let mut failure = sim.failure.take();
     let safety_failed = failure.as_ref().is_some_and(|f| f.kind != FailureKind::Liveness);
     if !safety_failed {
-        let checked = if cfg.faults.fsync_batch { batch_allowance(&history, &sim.power_losses) } else { history.clone() };
+        let checked =
+            if cfg.faults.fsync_batch { batch_allowance(&history, &sim.power_losses) } else { history.clone() };
         if let Err(v) = linearizability::check(&checked) {
             failure = Some(Failure { kind: FailureKind::Linearizability, at: sim.now, detail: v.to_string() });
         }
@@ -958,12 +960,14 @@ pub fn run(cfg: &SimConfig) -> RunReport {
 
 /// What `fsync = batch` is documented to lose (`crates/wal` `FsyncMode::Batch`): a power
 /// loss at T may lose what was written after T - [`batch_window`], so an operation answered
-/// in that window may or may not survive. Such writes become indeterminate and such reads
-/// are dropped (what they saw may be gone); everything answered earlier must survive, and
-/// the check holds the rest of the history to linearizability as usual.
-pub fn batch_allowance(history: &History, power_losses: &[u64]) -> History {
+/// in that window (or answered after T by a reply sent before it, i.e. before the first
+/// replica is back) may or may not survive. Such writes become indeterminate and such
+/// reads are dropped (what they saw may be gone); everything answered earlier must survive,
+/// and the check holds the rest of the history to linearizability as usual.
+pub fn batch_allowance(history: &History, power_losses: &[(u64, Option<u64>)]) -> History {
     let window = batch_window().as_nanos() as u64;
-    let in_window = |ret: u64| power_losses.iter().any(|&t| ret <= t && ret + window >= t);
+    let in_window =
+        |ret: u64| power_losses.iter().any(|&(t, back)| ret + window >= t && ret <= back.unwrap_or(u64::MAX));
     let mut out = History { ops: Vec::new(), note: history.note.clone(), expect: history.expect };
     for op in &history.ops {
         match op.ret {
@@ -1326,6 +1330,11 @@ impl<'a> Sim<'a> {
             }
             Ev::Restart { node, incarnation, wipe } => {
                 if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_none() {
+                    // The first replica back ends the power loss: answers that reach clients
+                    // until then were sent before it.
+                    if let Some((_, end @ None)) = self.power_losses.last_mut() {
+                        *end = Some(self.now);
+                    }
                     self.restart(node, wipe);
                 }
             }
@@ -1813,7 +1822,7 @@ impl<'a> Sim<'a> {
                 self.stats.cluster_crashes += 1;
                 self.log("sim", || "WHOLE-CLUSTER CRASH".into());
                 self.power_loss = true;
-                self.power_losses.push(self.now);
+                self.power_losses.push((self.now, None));
                 for node in 0..n {
                     self.crash(node);
                     let k = self.fault_intensity;
@@ -1867,7 +1876,7 @@ impl<'a> Sim<'a> {
             self.stats.cluster_crashes += 1;
             self.log("sim", || "WHOLE-CLUSTER CRASH (power loss during an fsync)".into());
             self.power_loss = true;
-            self.power_losses.push(self.now);
+            self.power_losses.push((self.now, None));
             (0..n).collect()
         } else if self.crashed() < (n - 1) / 2 {
             vec![node]

@@ -224,7 +224,11 @@ fn print_table(args: &Args, cluster: &Cluster) {
     let mut cli_extra = String::new();
     if args.tls {
         let ca = cluster.dir.join("tls").join("ca.pem");
-        println!("TLS on every port (admin: HTTPS, `curl --cacert {}`); CA certificate: {}", ca.display(), ca.display());
+        println!(
+            "TLS on every port (admin: HTTPS, `curl --cacert {}`); CA certificate: {}",
+            ca.display(),
+            ca.display()
+        );
         ctl_extra.push_str(&format!(" --tls-ca {}", ca.display()));
         cli_extra.push_str(&format!(" --tls --cacert {}", ca.display()));
     }

@@ -246,7 +246,9 @@ fn show(c: &ClusterFile) -> Vec<String> {
             }
             _ => "down".into(),
         };
-        let role = n.admin().get("/status", HTTP_TIMEOUT)
+        let role = n
+            .admin()
+            .get("/status", HTTP_TIMEOUT)
             .ok()
             .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
             .and_then(|v| v["role"].as_str().map(String::from))
