@@ -1,6 +1,9 @@
 // Command porcupine checks synod operation histories for linearizability with Porcupine's
-// checker and a key-value model partitioned per key. It is the independent oracle for the
-// Rust checker in crates/sim: both must agree on every history of the corpus.
+// checker and a key-value model partitioned per key, or, for histories with kind "op"
+// operations (the rich workload: lists, INCR, APPEND, multi-key operations, scans,
+// MULTI/EXEC), the rich model of rich.go partitioned by connected key groups. It is the
+// independent oracle for the Rust checker in crates/sim: both must agree on every history of
+// the corpus and on the rich histories the simulator writes.
 //
 // Usage: porcupine [-v] FILE...   (the format is docs/history-format.md)
 //
@@ -36,6 +39,8 @@ type op struct {
 	Call   int64   `json:"call"`
 	Return *int64  `json:"return"`
 	Output *output `json:"output"`
+	// kind "op": the synod_core::Op (serde JSON); see rich.go.
+	Op json.RawMessage `json:"op"`
 }
 
 type output struct {
@@ -45,6 +50,8 @@ type output struct {
 	Current *string `json:"current"`
 	// Rejected for good: the operation never takes effect (left out of the check).
 	Rejected bool `json:"rejected"`
+	// kind "op": the synod_core::OpResult (serde JSON).
+	Result json.RawMessage `json:"result"`
 }
 
 // kvInput / kvOutput are what the Porcupine model sees. `known` is false for an
@@ -139,17 +146,36 @@ var kvModel = porcupine.Model{
 	},
 }
 
-func load(path string) ([]porcupine.Operation, error) {
+// load reads a history: the classic per-key model's operations, or (when the history has
+// kind "op" operations) the rich model's (rich.go), with the model to check them against.
+func load(path string) ([]porcupine.Operation, porcupine.Model, error) {
+	ops, rich, err := loadAny(path)
+	if err != nil {
+		return nil, porcupine.Model{}, err
+	}
+	if rich {
+		m := richModel
+		m.Partition = partitionRich
+		return ops, m.ToModel(), nil
+	}
+	return ops, kvModel, nil
+}
+
+func loadAny(path string) ([]porcupine.Operation, bool, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var h history
 	if err := json.Unmarshal(data, &h); err != nil {
-		return nil, fmt.Errorf("%s: malformed history JSON: %v", path, err)
+		return nil, false, fmt.Errorf("%s: malformed history JSON: %v", path, err)
 	}
 	if h.Format != "synod-history-v1" {
-		return nil, fmt.Errorf("%s: unknown format %q (want synod-history-v1)", path, h.Format)
+		return nil, false, fmt.Errorf("%s: unknown format %q (want synod-history-v1)", path, h.Format)
+	}
+	if hasRich(h.Ops) {
+		ops, err := loadRich(path, h.Ops)
+		return ops, true, err
 	}
 	reduce(h.Ops)
 	ops := make([]porcupine.Operation, 0, len(h.Ops))
@@ -157,10 +183,10 @@ func load(path string) ([]porcupine.Operation, error) {
 		switch o.Kind {
 		case "get", "put", "delete", "cas":
 		default:
-			return nil, fmt.Errorf("%s: op %d: unknown kind %q", path, n, o.Kind)
+			return nil, false, fmt.Errorf("%s: op %d: unknown kind %q", path, n, o.Kind)
 		}
 		if o.Kind == "put" && o.Value == nil {
-			return nil, fmt.Errorf("%s: op %d: put without a value", path, n)
+			return nil, false, fmt.Errorf("%s: op %d: put without a value", path, n)
 		}
 		ret := int64(math.MaxInt64)
 		out := kvOutput{}
@@ -170,10 +196,10 @@ func load(path string) ([]porcupine.Operation, error) {
 		}
 		if o.Return != nil {
 			if o.Output == nil {
-				return nil, fmt.Errorf("%s: op %d: returned operation without output", path, n)
+				return nil, false, fmt.Errorf("%s: op %d: returned operation without output", path, n)
 			}
 			if *o.Return < o.Call {
-				return nil, fmt.Errorf("%s: op %d: returns before its call", path, n)
+				return nil, false, fmt.Errorf("%s: op %d: returns before its call", path, n)
 			}
 			ret = *o.Return
 			out = kvOutput{known: true, out: *o.Output}
@@ -190,7 +216,7 @@ func load(path string) ([]porcupine.Operation, error) {
 			Return:   ret,
 		})
 	}
-	return ops, nil
+	return ops, false, nil
 }
 
 // unseen stands for every value no operation observes (see reduce).
@@ -239,12 +265,12 @@ func main() {
 	}
 	bad := 0
 	for _, path := range flag.Args() {
-		ops, err := load(path)
+		ops, model, err := load(path)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		res := porcupine.CheckOperationsTimeout(kvModel, ops, *timeout)
+		res := porcupine.CheckOperationsTimeout(model, ops, *timeout)
 		switch res {
 		case porcupine.Ok:
 			if *verbose {

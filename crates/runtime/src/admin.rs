@@ -3,6 +3,10 @@
 //! changes (`GET /members`, `POST /members/add`, `POST /members/remove`; docs/design.md,
 //! "Membership").
 //!
+//! With `[tls] admin = true` the port speaks HTTPS only ([`serve`]): the replica's certificate
+//! (the one its client ports present), no client certificate; a plain-HTTP request gets a
+//! 400 that says to use HTTPS (docs/security.md, "Admin API").
+//!
 //! Handlers never touch the node loop: the loop publishes its latest `Status` into a watch
 //! channel after every batch, metrics live in the process-wide recorder, and faults are
 //! shared atomics and mutexes the transport and the clock read ([`crate::link::Faults`]).
@@ -25,6 +29,8 @@ use subtle::ConstantTimeEq;
 use synod_core::wire::ServerMsg;
 use synod_core::NodeId;
 use synod_core::{MemberChange, ReplyBody, Status};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 #[derive(Clone)]
@@ -88,6 +94,73 @@ pub fn router(state: AdminState) -> Router {
         .route("/members", get(members))
         .merge(changes)
         .with_state(state)
+}
+
+/// How long a connection may take to send its first byte and finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a plain-HTTP request to an HTTPS admin port is told.
+pub const PLAIN_HTTP_REFUSED: &str = "this admin port speaks HTTPS only ([tls] admin = true in the node config): \
+use https:// with the cluster's CA, e.g. `curl --cacert <ca.pem> https://<admin_addr>/status` \
+(synod fault, synod ctl and the harness read the CA from the node config)\n";
+
+/// Serve the admin API on `listener`: plain HTTP without `tls`, HTTPS only with it.
+pub async fn serve(listener: TcpListener, router: Router, tls: Option<synod_tls::TlsAcceptor>) {
+    let Some(acceptor) = tls else {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!("admin HTTP server failed: {e}");
+        }
+        return;
+    };
+    loop {
+        let (tcp, remote) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                tracing::warn!("admin: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (acceptor, router) = (acceptor.clone(), router.clone());
+        tokio::spawn(async move {
+            if let Err(e) = serve_https(tcp, acceptor, router).await {
+                tracing::warn!(%remote, "admin: closing connection: {e}");
+            }
+        });
+    }
+}
+
+/// One HTTPS connection. A first byte other than a TLS handshake record (0x16) is a client
+/// speaking plain HTTP (or something else): it gets [`PLAIN_HTTP_REFUSED`] as an HTTP 400
+/// instead of a TLS alert it cannot read.
+async fn serve_https(mut tcp: TcpStream, acceptor: synod_tls::TlsAcceptor, router: Router) -> Result<(), String> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        Ok(Ok(_)) => return Ok(()), // closed before sending anything
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("nothing received within {HANDSHAKE_TIMEOUT:?}")),
+    }
+    if first[0] != 0x16 {
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{PLAIN_HTTP_REFUSED}",
+            PLAIN_HTTP_REFUSED.len()
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(1), tcp.write_all(answer.as_bytes())).await;
+        let _ = tcp.shutdown().await;
+        return Err("plain HTTP (no TLS) on the HTTPS admin port: answered 400".into());
+    }
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("TLS handshake failed: {e}")),
+        Err(_) => return Err(format!("TLS handshake not done within {HANDSHAKE_TIMEOUT:?}")),
+    };
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+        .await
+        .map_err(|e| format!("HTTP: {e}"))
 }
 
 /// 401 unless the request carries the configured bearer token (compared in constant time).

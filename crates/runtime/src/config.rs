@@ -107,6 +107,11 @@ pub struct TlsConfig {
     /// TLS on the Redis port (`redis-cli --tls --cacert <ca>`).
     #[serde(default = "default_true")]
     pub redis: bool,
+    /// HTTPS on the admin port (`curl --cacert <ca> https://…/status`); plain HTTP sent to
+    /// it is answered with a 400 that says so. `synod fault`, `synod ctl` and the harness
+    /// read the CA from the node config.
+    #[serde(default = "default_true")]
+    pub admin: bool,
 }
 
 impl TlsConfig {

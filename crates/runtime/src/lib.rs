@@ -119,7 +119,7 @@ pub async fn run_protocol(
         peer = %me.peer_addr,
         client = %me.client_addr,
         admin = %me.admin_addr,
-        tls = ?config.tls.as_ref().map(|t| format!("peers={} native={} redis={}", t.peers, t.native, t.redis)),
+        tls = ?config.tls.as_ref().map(|t| format!("peers={} native={} redis={} admin={}", t.peers, t.native, t.redis, t.admin)),
         recovered_records = records.len(),
         seed,
         "replica starting"
@@ -214,11 +214,8 @@ pub async fn run_protocol(
         control: Some(admin_control),
         access: admin::AdminAccess { token: config.admin_token()?.map(Arc::from), faults: config.admin.faults },
     });
-    tasks.spawn(async move {
-        if let Err(e) = axum::serve(admin_listener, router).await {
-            tracing::error!("admin HTTP server failed: {e}");
-        }
-    });
+    let admin_tls = tls.as_ref().filter(|_| config.tls.as_ref().is_some_and(|t| t.admin));
+    tasks.spawn(admin::serve(admin_listener, router, admin_tls.map(|t| t.client_acceptor.clone())));
 
     let result = async {
         driver.recover(records).await?;

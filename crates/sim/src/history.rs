@@ -41,6 +41,15 @@ pub enum KvOp {
 }
 
 impl KvOp {
+    /// Whether the operation changes nothing (a get, or a rich operation that writes no key).
+    pub fn is_read(&self) -> bool {
+        match self {
+            KvOp::Get { .. } => true,
+            KvOp::Rich { op, .. } => !op.is_write(),
+            _ => false,
+        }
+    }
+
     /// The key of a single-key operation of the classic kinds ("" for `Rich`).
     pub fn key(&self) -> &str {
         match self {

@@ -73,6 +73,29 @@ pub struct FaultSet {
     /// moment, keeping a random prefix of the unsynced records (after a failed `fdatasync`
     /// the kernel may have written some pages or none), and restarts it later.
     pub fsync_error: bool,
+    /// Storage as a disk with `fsync = batch` (`crates/wal`, `FsyncMode::Batch`): a `Persist`
+    /// is written at once and counts as done at once (`Persisted` after the write, messages
+    /// and answers released without waiting, as the runtime does), and a flusher makes it
+    /// durable [`BATCH_INTERVAL`] after the first unsynced write plus the fsync's own time.
+    /// A power loss (a whole-cluster crash, `crash-all`) keeps the durable part and a random
+    /// prefix of the rest; a single replica's crash is a process crash and keeps everything
+    /// written (the page cache). The check then allows exactly the documented window to be
+    /// lost: operations answered within [`batch_window`] before a power loss count as
+    /// indeterminate (writes) or are dropped (reads). Not in `all`.
+    pub fsync_batch: bool,
+}
+
+/// The WAL's default `batch_interval` (`WalOptions::DEFAULT_BATCH_INTERVAL`, 2 ms).
+pub const BATCH_INTERVAL: u64 = 2 * MS;
+
+/// The longest fsync the storage model draws (both `storage` and `fsync-batch`).
+const MAX_FSYNC: u64 = 3 * MS;
+
+/// With `fsync-batch`: how long before a power loss an acknowledged write may be lost. A
+/// record written at t is durable by t + `BATCH_INTERVAL` (the flusher starts) + the fsync
+/// in flight then (fsyncs complete in order) + its own fsync.
+pub fn batch_window() -> Duration {
+    Duration::from_nanos(BATCH_INTERVAL + 2 * MAX_FSYNC)
 }
 
 const FAULT_NAMES: &[&str] = &[
@@ -87,6 +110,7 @@ const FAULT_NAMES: &[&str] = &[
     "clock-jump",
     "storage",
     "fsync-error",
+    "fsync-batch",
 ];
 
 impl FaultSet {
@@ -104,6 +128,7 @@ impl FaultSet {
             clock_jump: false,
             storage: true,
             fsync_error: true,
+            fsync_batch: false,
         }
     }
 
@@ -117,10 +142,11 @@ impl FaultSet {
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match name {
                 "all" => {
-                    let (wipe, jump) = (f.crash_wipe, f.clock_jump);
+                    let (wipe, jump, batch) = (f.crash_wipe, f.clock_jump, f.fsync_batch);
                     f = FaultSet::all();
                     f.crash_wipe = wipe;
                     f.clock_jump = jump;
+                    f.fsync_batch = batch;
                 }
                 "none" => {}
                 "partition" => f.partition = true,
@@ -134,6 +160,7 @@ impl FaultSet {
                 "clock-jump" => f.clock_jump = true,
                 "storage" => f.storage = true,
                 "fsync-error" => f.fsync_error = true,
+                "fsync-batch" => f.fsync_batch = true,
                 other => return Err(format!("unknown fault {other:?}; known: all, none, {}", FAULT_NAMES.join(", "))),
             }
         }
@@ -142,7 +169,7 @@ impl FaultSet {
 
     /// Whether `Persist` goes through the volatile/durable storage model.
     pub fn volatile_storage(&self) -> bool {
-        self.storage || self.fsync_error
+        self.storage || self.fsync_error || self.fsync_batch
     }
 
     /// The canonical comma list (for replay commands).
@@ -159,6 +186,7 @@ impl FaultSet {
             self.clock_jump,
             self.storage,
             self.fsync_error,
+            self.fsync_batch,
         ];
         let names: Vec<&str> = FAULT_NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect();
         if names.is_empty() {
@@ -465,7 +493,14 @@ enum Ev {
         node: usize,
         incarnation: u64,
         seq: u64,
-        token: u64,
+        /// The persist to answer with `Persisted` (None: a batch flush, `fsync-batch`,
+        /// whose persists were answered at their write).
+        token: Option<u64>,
+    },
+    /// `fsync-batch`: the flusher of `node` starts an fsync of everything written so far.
+    BatchFlush {
+        node: usize,
+        incarnation: u64,
     },
     Snapshot {
         node: usize,
@@ -662,6 +697,9 @@ struct Replica {
     synced: u64,
     /// When the last fsync in flight completes (fsyncs complete in order).
     sync_busy_until: u64,
+    /// `fsync-batch`: a flush is scheduled (the flusher runs BATCH_INTERVAL after the first
+    /// unsynced write).
+    flush_armed: bool,
     /// Outputs pushed after a persist that is not durable yet, with the persist number they
     /// wait for (the driver contract: "persist, then send").
     held: std::collections::VecDeque<(u64, Out)>,
@@ -837,6 +875,12 @@ struct Sim<'a> {
     fault_intensity: u64,
     /// Probability that an fsync fails (fault `fsync-error`), drawn per seed.
     fsync_error_rate: f64,
+    /// A whole-cluster crash (power loss) is in progress: [`Sim::crash`] loses the page cache.
+    power_loss: bool,
+    /// When the whole cluster lost power and when its first replica came back (virtual ns):
+    /// with `fsync-batch`, operations answered from [`batch_window`] before a power loss
+    /// until the first restart (answers still in flight) may be lost.
+    power_losses: Vec<(u64, Option<u64>)>,
     /// Probability that a persist is followed by a crash inside its fsync window (fault
     /// `storage`), drawn per seed.
     storage_crash_rate: f64,
@@ -892,7 +936,9 @@ pub fn run(cfg: &SimConfig) -> RunReport {
     let mut failure = sim.failure.take();
     let safety_failed = failure.as_ref().is_some_and(|f| f.kind != FailureKind::Liveness);
     if !safety_failed {
-        if let Err(v) = linearizability::check(&history) {
+        let checked =
+            if cfg.faults.fsync_batch { batch_allowance(&history, &sim.power_losses) } else { history.clone() };
+        if let Err(v) = linearizability::check(&checked) {
             failure = Some(Failure { kind: FailureKind::Linearizability, at: sim.now, detail: v.to_string() });
         }
     }
@@ -910,6 +956,31 @@ pub fn run(cfg: &SimConfig) -> RunReport {
     sim.probe(end);
     let probes = std::mem::take(&mut sim.probes);
     RunReport { seed: cfg.seed, failure, history, trace, stats: sim.stats, params: sim.params, probes }
+}
+
+/// What `fsync = batch` is documented to lose (`crates/wal` `FsyncMode::Batch`): a power
+/// loss at T may lose what was written after T - [`batch_window`], so an operation answered
+/// in that window (or answered after T by a reply sent before it, i.e. before the first
+/// replica is back) may or may not survive. Such writes become indeterminate and such
+/// reads are dropped (what they saw may be gone); everything answered earlier must survive,
+/// and the check holds the rest of the history to linearizability as usual.
+pub fn batch_allowance(history: &History, power_losses: &[(u64, Option<u64>)]) -> History {
+    let window = batch_window().as_nanos() as u64;
+    let in_window =
+        |ret: u64| power_losses.iter().any(|&(t, back)| ret + window >= t && ret <= back.unwrap_or(u64::MAX));
+    let mut out = History { ops: Vec::new(), note: history.note.clone(), expect: history.expect };
+    for op in &history.ops {
+        match op.ret {
+            Some(ret) if in_window(ret) && !op.is_rejected() => {
+                if op.op.is_read() {
+                    continue;
+                }
+                out.ops.push(crate::history::Operation { ret: None, output: None, ..op.clone() });
+            }
+            _ => out.ops.push(op.clone()),
+        }
+    }
+    out
 }
 
 impl<'a> Sim<'a> {
@@ -947,6 +1018,7 @@ impl<'a> Sim<'a> {
                     persists: 0,
                     synced: 0,
                     sync_busy_until: 0,
+                    flush_armed: false,
                     held: Default::default(),
                     compacting: None,
                     next_compaction: 0,
@@ -1019,6 +1091,8 @@ impl<'a> Sim<'a> {
             fault_rng: derive_rng(cfg.seed, STREAM_FAULTS, 0),
             fault_intensity,
             fsync_error_rate,
+            power_loss: false,
+            power_losses: Vec::new(),
             storage_crash_rate,
             healed: false,
             deadline: u64::MAX,
@@ -1187,6 +1261,16 @@ impl<'a> Sim<'a> {
                     self.synced(node, seq, token);
                 }
             }
+            Ev::BatchFlush { node, incarnation } => {
+                let r = &mut self.replicas[node];
+                if r.incarnation == incarnation && r.proto.is_some() {
+                    r.flush_armed = false;
+                    let seq = r.persists;
+                    let at = (self.now + uniform(&mut self.net.rng, 100 * US, MAX_FSYNC)).max(r.sync_busy_until);
+                    r.sync_busy_until = at;
+                    self.schedule(at, Ev::Synced { node, incarnation, seq, token: None });
+                }
+            }
             Ev::Compacted { node, incarnation, id } => {
                 let r = &mut self.replicas[node];
                 if r.incarnation != incarnation || r.compacting.as_ref().is_none_or(|c| c.id != id) {
@@ -1246,6 +1330,11 @@ impl<'a> Sim<'a> {
             }
             Ev::Restart { node, incarnation, wipe } => {
                 if self.replicas[node].incarnation == incarnation && self.replicas[node].proto.is_none() {
+                    // The first replica back ends the power loss: answers that reach clients
+                    // until then were sent before it.
+                    if let Some((_, end @ None)) = self.power_losses.last_mut() {
+                        *end = Some(self.now);
+                    }
                     self.restart(node, wipe);
                 }
             }
@@ -1348,10 +1437,23 @@ impl<'a> Sim<'a> {
                     r.volatile.extend(records.into_iter().map(|b| (seq, b)));
                     // Never before the fsync in flight (fsyncs complete in order); one that
                     // would end sooner completes with it (group commit).
-                    let at = (self.now + uniform(&mut self.net.rng, 100 * US, 3 * MS)).max(r.sync_busy_until);
-                    r.sync_busy_until = at;
                     let incarnation = r.incarnation;
-                    self.schedule(at, Ev::Synced { node, incarnation, seq, token });
+                    let at = if self.cfg.faults.fsync_batch {
+                        // Written and done now (the node loop's commit is the write); the
+                        // flusher syncs BATCH_INTERVAL after the first unsynced write.
+                        let flush = self.now + BATCH_INTERVAL;
+                        if !r.flush_armed {
+                            r.flush_armed = true;
+                            self.schedule(flush, Ev::BatchFlush { node, incarnation });
+                        }
+                        self.storage_done(node, token);
+                        flush + MAX_FSYNC
+                    } else {
+                        let at = (self.now + uniform(&mut self.net.rng, 100 * US, MAX_FSYNC)).max(r.sync_busy_until);
+                        r.sync_busy_until = at;
+                        self.schedule(at, Ev::Synced { node, incarnation, seq, token: Some(token) });
+                        at
+                    };
                     if self.cfg.faults.storage && !self.healed && self.fault_rng.gen_bool(self.storage_crash_rate) {
                         let crash_at = uniform(&mut self.fault_rng, self.now, at);
                         self.schedule(crash_at, Ev::StorageCrash { node, incarnation });
@@ -1471,7 +1573,8 @@ impl<'a> Sim<'a> {
     /// Send or answer now, or hold it back behind a persist that is not durable yet.
     fn emit(&mut self, node: usize, out: Out) {
         let r = &mut self.replicas[node];
-        if r.synced < r.persists {
+        // With fsync = batch nothing waits for the fsync (the runtime releases after the write).
+        if r.synced < r.persists && !self.cfg.faults.fsync_batch {
             let barrier = r.persists;
             r.held.push_back((barrier, out));
         } else {
@@ -1518,13 +1621,13 @@ impl<'a> Sim<'a> {
     }
 
     /// The fsync of persist `seq` completed (or failed, with the `fsync-error` fault).
-    fn synced(&mut self, node: usize, seq: u64, token: u64) {
+    fn synced(&mut self, node: usize, seq: u64, token: Option<u64>) {
         let id = self.replicas[node].id;
         if self.cfg.faults.fsync_error && !self.healed && self.replicas[node].synced < seq {
             let rate = self.fsync_error_rate;
             if self.fault_rng.gen_bool(rate) {
                 self.stats.fsync_errors += 1;
-                self.log(&format!("n{id}"), || format!("FSYNC ERROR on persist {token}: the replica stops"));
+                self.log(&format!("n{id}"), || format!("FSYNC ERROR on persist {token:?}: the replica stops"));
                 self.crash(node);
                 let k = self.fault_intensity;
                 let at = self.now + uniform(&mut self.fault_rng, 50 * MS / k, 1000 * MS / k);
@@ -1544,9 +1647,14 @@ impl<'a> Sim<'a> {
                 r.durable.push(rec);
             }
         }
-        self.log(&format!("n{id}"), || format!("persisted {token} (fsync)"));
         self.release_held(node);
-        self.on_replica_event(node, Event::Persisted { token });
+        match token {
+            Some(token) => {
+                self.log(&format!("n{id}"), || format!("persisted {token} (fsync)"));
+                self.on_replica_event(node, Event::Persisted { token });
+            }
+            None => self.log(&format!("n{id}"), || format!("batch fsync: persists up to #{seq} durable")),
+        }
     }
 
     fn storage_done(&mut self, node: usize, token: u64) {
@@ -1713,6 +1821,8 @@ impl<'a> Sim<'a> {
             _ if f.crash_all && self.crashed() == 0 && self.fault_rng.gen_bool(0.04) => {
                 self.stats.cluster_crashes += 1;
                 self.log("sim", || "WHOLE-CLUSTER CRASH".into());
+                self.power_loss = true;
+                self.power_losses.push((self.now, None));
                 for node in 0..n {
                     self.crash(node);
                     let k = self.fault_intensity;
@@ -1720,6 +1830,7 @@ impl<'a> Sim<'a> {
                     let incarnation = self.replicas[node].incarnation;
                     self.schedule(at, Ev::Restart { node, incarnation, wipe: false });
                 }
+                self.power_loss = false;
             }
             _ if !(f.crash || f.crash_wipe) => {}
             _ => {
@@ -1758,10 +1869,14 @@ impl<'a> Sim<'a> {
         }
         let n = self.replicas.len();
         let k = self.fault_intensity;
-        let whole = self.cfg.faults.crash_all && self.crashed() == 0 && self.fault_rng.gen_bool(0.5);
+        // With fsync = batch only a power loss can lose written records: always whole.
+        let f = self.cfg.faults;
+        let whole = f.crash_all && self.crashed() == 0 && (f.fsync_batch || self.fault_rng.gen_bool(0.5));
         let victims: Vec<usize> = if whole {
             self.stats.cluster_crashes += 1;
             self.log("sim", || "WHOLE-CLUSTER CRASH (power loss during an fsync)".into());
+            self.power_loss = true;
+            self.power_losses.push((self.now, None));
             (0..n).collect()
         } else if self.crashed() < (n - 1) / 2 {
             vec![node]
@@ -1774,6 +1889,7 @@ impl<'a> Sim<'a> {
             let incarnation = self.replicas[v].incarnation;
             self.schedule(at, Ev::Restart { node: v, incarnation, wipe: false });
         }
+        self.power_loss = false;
     }
 
     fn new_partition(&mut self, n: usize) {
@@ -1832,7 +1948,10 @@ impl<'a> Sim<'a> {
         // after it may be torn (WAL recovery truncates it), the rest is gone.
         let unsynced = self.replicas[node].volatile.len();
         if unsynced > 0 {
-            let kept = self.fault_rng.gen_range(0..=unsynced);
+            // With fsync = batch only a power loss loses the page cache; a replica that
+            // crashes alone is a process crash (its written records are all on the disk).
+            let process_crash = self.cfg.faults.fsync_batch && !self.power_loss;
+            let kept = if process_crash { unsynced } else { self.fault_rng.gen_range(0..=unsynced) };
             let torn = kept < unsynced && self.fault_rng.gen_bool(0.5);
             let r = &mut self.replicas[node];
             let survivors: Vec<Bytes> = r.volatile.drain(..).take(kept).map(|(_, b)| b).collect();
@@ -1854,6 +1973,7 @@ impl<'a> Sim<'a> {
         r.persists = 0;
         r.synced = 0;
         r.sync_busy_until = 0;
+        r.flush_armed = false;
         r.proto = None;
         r.timers.clear();
         r.compacting = None;

@@ -5,6 +5,7 @@
 //! Requires `go` on PATH (CI has it). Without it this test FAILS: the cross-check is the
 //! point of the corpus and must never be skipped silently.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use synod_sim::{linearizability, History};
@@ -111,4 +112,76 @@ fn many_indeterminate_ops_check_fast_and_a_stale_read_among_them_is_caught() {
     assert_eq!(v.key, "k2");
     assert!(v.slice.iter().any(|o| o.client == 999), "{v}");
     assert!(start.elapsed().as_secs() < 10, "took {:?}", start.elapsed());
+}
+
+/// Rich histories (`--workload rich`: lists, INCR, APPEND, multi-key operations, scans,
+/// MULTI/EXEC with WATCH): Porcupine's rich model (`tools/porcupine/rich.go`, an independent
+/// Go implementation of the state machine's semantics) and the Rust checker agree on the
+/// histories of several protocols, and on every mutant made by changing one recorded result
+/// (a counter, a list, a popped or read value, a scan, a multi-get, a MULTI's results).
+#[test]
+fn rust_checker_and_porcupine_agree_on_rich_histories_and_their_mutants() {
+    use synod_core::OpResult;
+    use synod_sim::{KvOp, KvOutput, SimConfig};
+    let porcupine = porcupine_binary("rich");
+    let dir = std::env::temp_dir().join(format!("synod-rich-histories-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let verdict = |h: &History, name: &str| -> (bool, bool) {
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, h.to_json()).unwrap();
+        let out = Command::new(&porcupine).arg(&path).output().expect("run porcupine");
+        let go = match out.status.code() {
+            Some(0) => true,
+            Some(1) => false,
+            _ => panic!("porcupine failed on {}: {}", path.display(), String::from_utf8_lossy(&out.stderr)),
+        };
+        (linearizability::check(h).is_ok(), go)
+    };
+    let mutate = |r: &OpResult| -> Option<OpResult> {
+        Some(match r {
+            OpResult::Int(n) => OpResult::Int(n + 7),
+            OpResult::Items(Some(v)) if !v.is_empty() => OpResult::Items(Some(v[..v.len() - 1].to_vec())),
+            OpResult::Value(Some(b)) => OpResult::Value(Some(bytes::Bytes::from([&b[..], b"x"].concat()))),
+            OpResult::Scan(v) if !v.is_empty() => OpResult::Scan(v[..v.len() - 1].to_vec()),
+            OpResult::Values(v) if v.iter().any(Option::is_some) => OpResult::Values(vec![None; v.len()]),
+            OpResult::Multi(Some(rs)) if rs.iter().any(|r| matches!(r, OpResult::Int(_))) => OpResult::Multi(Some(
+                rs.iter().map(|r| if let OpResult::Int(n) = r { OpResult::Int(n + 7) } else { r.clone() }).collect(),
+            )),
+            _ => return None,
+        })
+    };
+    let (mut histories, mut mutants, mut caught) = (0, 0, 0);
+    for protocol in ["multipaxos", "raft", "epaxos"] {
+        let info = synod_protocols::registry::find(protocol).unwrap();
+        for seed in 0..6 {
+            let report = synod_sim::run(&SimConfig { rich: true, keys: 16, ..SimConfig::new(info, seed) });
+            let h = report.history;
+            let (rust, go) = verdict(&h, &format!("{protocol}-{seed}"));
+            assert_eq!(rust, go, "{protocol} seed {seed}: the checkers disagree (Rust {rust}, Porcupine {go})");
+            assert!(rust, "{protocol} seed {seed}: not linearizable: {:?}", report.failure);
+            histories += 1;
+            // One mutant per operation kind that has a result to change.
+            let mut kinds = BTreeSet::new();
+            for i in 0..h.ops.len() {
+                let (KvOp::Rich { op, .. }, Some(KvOutput::Result(r))) = (&h.ops[i].op, &h.ops[i].output) else {
+                    continue;
+                };
+                let kind = format!("{op:?}").split([' ', '{', '(']).next().unwrap_or("").to_string();
+                let Some(bad) = mutate(r) else { continue };
+                if !kinds.insert(kind.clone()) {
+                    continue;
+                }
+                let mut m = h.clone();
+                m.ops[i].output = Some(KvOutput::Result(bad));
+                let (rust, go) = verdict(&m, &format!("{protocol}-{seed}-{kind}"));
+                assert_eq!(rust, go, "{protocol} seed {seed}, {kind} result changed: Rust {rust}, Porcupine {go}");
+                mutants += 1;
+                caught += usize::from(!rust);
+            }
+        }
+    }
+    println!("rich: {histories} histories agree; {mutants} mutants agree, {caught} of them not linearizable");
+    assert!(caught * 10 >= mutants * 8, "only {caught} of {mutants} mutants were caught");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&porcupine);
 }

@@ -222,10 +222,7 @@ fn member(cluster: &std::path::Path, op: &MemberOp) -> ExitCode {
         }
         MemberOp::List => synod_harness::nemesis::find_leader(&c)
             .and_then(|l| c.node(l).cloned())
-            .and_then(|n| {
-                synod_harness::http::get(n.admin_addr, "/members", Duration::from_secs(2))
-                    .map_err(|e| format!("node {}: {e}", n.id))
-            })
+            .and_then(|n| n.admin().get("/members", Duration::from_secs(2)).map_err(|e| format!("node {}: {e}", n.id)))
             .map(|(_, body)| body),
     };
     match result {

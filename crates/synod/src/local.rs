@@ -212,7 +212,7 @@ fn print_table(args: &Args, cluster: &Cluster) {
             m.id,
             pid.map_or("-".to_string(), |p| p.to_string()),
             m.client_addr.to_string(),
-            format!("http://{}", m.admin_addr),
+            format!("{}://{}", if args.tls { "https" } else { "http" }, m.admin_addr),
             data
         );
     }
@@ -224,7 +224,11 @@ fn print_table(args: &Args, cluster: &Cluster) {
     let mut cli_extra = String::new();
     if args.tls {
         let ca = cluster.dir.join("tls").join("ca.pem");
-        println!("TLS on every port; CA certificate: {}", ca.display());
+        println!(
+            "TLS on every port (admin: HTTPS, `curl --cacert {}`); CA certificate: {}",
+            ca.display(),
+            ca.display()
+        );
         ctl_extra.push_str(&format!(" --tls-ca {}", ca.display()));
         cli_extra.push_str(&format!(" --tls --cacert {}", ca.display()));
     }

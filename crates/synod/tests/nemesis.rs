@@ -151,7 +151,23 @@ async fn native_worker(rec: Recorder, counts: Arc<Counts>, endpoints: Vec<String
         let value = format!("n{n}-{seq}");
         let call = rec.now();
         let (op, result): (KvOp, Result<KvOutput, ClientError>) = match rng.below(100) {
-            0..=39 => {
+            // Read-modify-writes the classic model cannot express: INCRBY on a counter and
+            // list pushes and pops (both checkers judge them with their rich models).
+            0..=11 => {
+                let op = match rng.below(3) {
+                    0 => synod_core::Op::IncrBy { key: "ctr".into(), by: 1 + rng.below(3) as i64 },
+                    1 => synod_core::Op::ListPush {
+                        key: "list".into(),
+                        values: vec![value.clone().into()],
+                        left: rng.below(2) == 0,
+                        only_existing: false,
+                    },
+                    _ => synod_core::Op::ListPop { key: "list".into(), left: rng.below(2) == 0, count: None },
+                };
+                let r = client.execute(op.clone()).await.map(KvOutput::Result);
+                (KvOp::Rich { op, stamp: None }, r)
+            }
+            12..=39 => {
                 let r = client.get(k.clone()).await;
                 if let Ok(v) = &r {
                     last_seen.insert(k.clone(), v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()));

@@ -165,8 +165,10 @@ async fn tls_everywhere_and_native_auth() {
             peers: true,
             native: true,
             redis: true,
+            admin: true,
         });
         c.password = Some(PASSWORD.into());
+        c.admin.token = Some(TOKEN.into());
         for (m, port) in c.members.iter_mut().zip(&resp_ports) {
             m.resp_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
         }
@@ -233,6 +235,42 @@ async fn tls_everywhere_and_native_auth() {
         let noauth = common::resp_over_tls(&addr, &ours.ca, b"*1\r\n$4\r\nPING\r\n", 8).await;
         assert!(noauth.starts_with("-NOAUTH"), "{noauth}");
     }
+
+    // Admin port over HTTPS: plain HTTP is answered with a 400 that says to use HTTPS; with
+    // the CA it works; the token is still required for changes; another CA is not trusted.
+    let admin1 = cluster.configs[0].me().admin_addr;
+    let mut plain = TcpStream::connect(admin1).await.unwrap();
+    plain.write_all(format!("GET /status HTTP/1.0\r\nHost: {admin1}\r\n\r\n").as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), plain.read_to_end(&mut raw)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 400") && text.contains("speaks HTTPS only"), "{text}");
+    let with_ca = synod_harness::http::Admin::new(admin1, Some(&ours.ca), Some(TOKEN.into())).unwrap();
+    let no_token = synod_harness::http::Admin::new(admin1, Some(&ours.ca), None).unwrap();
+    let other_ca = synod_harness::http::Admin::new(admin1, Some(&theirs.ca), Some(TOKEN.into())).unwrap();
+    let (with_ca, no_token, other_ca) = tokio::task::spawn_blocking(move || {
+        let t = Duration::from_secs(10);
+        (
+            (with_ca.get("/status", t).unwrap(), with_ca.post_json("/fault/heal", "", t).unwrap()),
+            no_token.post_json("/fault/heal", "", t).unwrap(),
+            other_ca.get("/status", t).map_err(|e| e.to_string()),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(with_ca.0 .0, 200, "{}", with_ca.0 .1);
+    assert!(with_ca.0 .1.contains("\"admin_addr\""), "{}", with_ca.0 .1);
+    assert_eq!(with_ca.1 .0, 200, "POST /fault/heal with the token: {}", with_ca.1 .1);
+    assert_eq!(no_token.0, 401, "POST /fault/heal without the token: {}", no_token.1);
+    assert!(other_ca.is_err(), "a replica of another CA is not trusted: {other_ca:?}");
+    // The harness (synod fault, synod ctl) finds HTTPS and the CA in the node config.
+    let from_config = synod_harness::http::Admin::of(&cluster.configs[1]).unwrap();
+    assert!(from_config.is_tls());
+    let status = tokio::task::spawn_blocking(move || from_config.get("/health", Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.0, 200);
     cluster.assert_running();
 }
 

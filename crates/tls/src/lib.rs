@@ -165,12 +165,18 @@ impl NodeTls {
 
 /// A connector for clients: trusts the CA in `ca`, presents no certificate.
 pub fn client_connector(ca: &Path) -> Result<TlsConnector, TlsError> {
+    Ok(TlsConnector::from(client_config(ca)?))
+}
+
+/// The rustls configuration of a client that trusts the CA in `ca` and presents no
+/// certificate (also for blocking clients: `rustls::ClientConnection`).
+pub fn client_config(ca: &Path) -> Result<Arc<ClientConfig>, TlsError> {
     let config = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(rustls::DEFAULT_VERSIONS)
         .map_err(|e| TlsError::Setup(e.to_string()))?
         .with_root_certificates(roots(ca)?)
         .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(config)))
+    Ok(Arc::new(config))
 }
 
 /// The name a client checks a replica's certificate against when it dialed `endpoint`

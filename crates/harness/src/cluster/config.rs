@@ -86,7 +86,7 @@ pub(super) fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)
         let nodes: Vec<_> = members
             .iter()
             .map(|m| {
-                let mut ips = vec![m.client_addr.ip(), m.peer_addr.ip()];
+                let mut ips = vec![m.client_addr.ip(), m.peer_addr.ip(), m.admin_addr.ip()];
                 ips.extend(m.resp_addr.map(|a| a.ip()));
                 (m.id, ips)
             })
@@ -124,6 +124,7 @@ pub(super) fn prepare(spec: &Spec) -> Result<(PathBuf, Vec<(NodeConfig, PathBuf)
                     peers: true,
                     native: true,
                     redis: true,
+                    admin: true,
                 }
             }),
         };

@@ -57,9 +57,14 @@ pub struct NodeEntry {
 }
 
 impl NodeEntry {
-    /// The admin bearer token from this node's config file, if it has one.
-    pub fn admin_token(&self) -> Option<String> {
-        NodeConfig::load(&self.config).ok().and_then(|c| c.admin_token().ok().flatten())
+    /// The node's admin endpoint as its config file describes it: HTTPS with the cluster's
+    /// CA when `[tls] admin = true`, and the admin bearer token. A config that cannot be read
+    /// leaves plain HTTP without a token (the request then fails with the server's answer).
+    pub fn admin(&self) -> crate::http::Admin {
+        match NodeConfig::load(&self.config) {
+            Ok(c) => crate::http::Admin::of(&c).unwrap_or_else(|_| crate::http::Admin::plain(self.admin_addr)),
+            Err(_) => crate::http::Admin::plain(self.admin_addr),
+        }
     }
 }
 

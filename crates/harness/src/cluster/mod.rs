@@ -267,7 +267,7 @@ impl Cluster {
         let start = Instant::now();
         for node in self.nodes.iter_mut() {
             let id = node.config.id;
-            let admin = node.config.me().admin_addr;
+            let admin = crate::http::Admin::of(&node.config)?;
             while let Some(child) = node.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     node.child = None;
@@ -277,12 +277,13 @@ impl Cluster {
                         tail(&node.log, 20)
                     ));
                 }
-                if matches!(crate::http::get(admin, "/health", Duration::from_secs(1)), Ok((200, _))) {
+                if matches!(admin.get("/health", Duration::from_secs(1)), Ok((200, _))) {
                     break;
                 }
                 if start.elapsed() > STARTUP_TIMEOUT {
                     return Err(format!(
-                        "node {id} did not answer http://{admin}/health within {STARTUP_TIMEOUT:?}; see {}",
+                        "node {id} did not answer {} within {STARTUP_TIMEOUT:?}; see {}",
+                        admin.url("/health"),
                         node.log.display()
                     ));
                 }

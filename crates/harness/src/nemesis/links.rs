@@ -97,7 +97,7 @@ pub(super) fn apply_links(
     let mut reached = 0;
     let running: Vec<&NodeEntry> = c.nodes.iter().filter(|n| n.state == NodeState::Running).collect();
     for n in &running {
-        let current = match crate::http::get(n.admin_addr, "/fault", HTTP_TIMEOUT) {
+        let current = match n.admin().get("/fault", HTTP_TIMEOUT) {
             Ok((200, body)) => serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
             Ok((code, body)) => {
                 out.push(format!("node {}: GET /fault answered {code}: {}", n.id, body.trim()));
@@ -144,19 +144,19 @@ pub(super) fn apply_links(
 }
 
 pub(super) fn admin_post(n: &NodeEntry, path: &str, body: &Value) -> Result<(), String> {
-    match crate::http::post_json(n.admin_addr, path, &body.to_string(), n.admin_token().as_deref(), HTTP_TIMEOUT) {
+    let admin = n.admin();
+    let url = admin.url(path);
+    match admin.post_json(path, &body.to_string(), HTTP_TIMEOUT) {
         Ok((200..=299, _)) => Ok(()),
         Ok((401, _)) => Err(format!(
-            "POST http://{}{path}: 401, the replica wants the admin token of its config ({}: [admin] token)",
-            n.admin_addr,
+            "POST {url}: 401, the replica wants the admin token of its config ({}: [admin] token)",
             n.config.display()
         )),
-        Ok((404, _)) => Err(format!(
-            "POST http://{}{path}: 404, this replica's runtime has no fault API (built before link emulation?)",
-            n.admin_addr
-        )),
-        Ok((code, text)) => Err(format!("POST http://{}{path}: {code} {}", n.admin_addr, text.trim())),
-        Err(e) => Err(format!("POST http://{}{path}: {e}", n.admin_addr)),
+        Ok((404, _)) => {
+            Err(format!("POST {url}: 404, this replica's runtime has no fault API (built before link emulation?)"))
+        }
+        Ok((code, text)) => Err(format!("POST {url}: {code} {}", text.trim())),
+        Err(e) => Err(format!("POST {url}: {e}")),
     }
 }
 

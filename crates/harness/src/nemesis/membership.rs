@@ -19,7 +19,7 @@ pub fn find_leader(c: &ClusterFile) -> Result<NodeId, String> {
     let mut seen = Vec::new();
     let mut leaderless = Vec::new();
     for n in c.nodes.iter().filter(|n| n.state == NodeState::Running) {
-        let Ok((200, body)) = crate::http::get(n.admin_addr, "/status", HTTP_TIMEOUT) else {
+        let Ok((200, body)) = n.admin().get("/status", HTTP_TIMEOUT) else {
             seen.push(format!("{}: no answer", n.id));
             continue;
         };
@@ -63,13 +63,7 @@ pub fn change_membership(c: &ClusterFile, body: &Value, op: &str) -> Result<Stri
     let mut last = String::from("no leader found");
     loop {
         if let Some(n) = target.and_then(|id| c.node(id).ok()) {
-            match crate::http::post_json(
-                n.admin_addr,
-                &format!("/members/{op}"),
-                &body.to_string(),
-                n.admin_token().as_deref(),
-                Duration::from_secs(12),
-            ) {
+            match n.admin().post_json(&format!("/members/{op}"), &body.to_string(), Duration::from_secs(12)) {
                 Ok((200, _)) => return Ok(format!("membership: {op} {body} committed (leader node {})", n.id)),
                 Ok((409, b)) => {
                     last = format!("node {} is not the leader: {b}", n.id);
@@ -101,7 +95,7 @@ pub(super) fn add_node(file_path: &Path, c: &ClusterFile) -> Result<Vec<String>,
     let (_, now) = ClusterFile::load(file_path).map_err(FaultError::Failed)?;
     let n = now.node(id).map_err(FaultError::Failed)?.clone();
     let deadline = Instant::now() + super::process::RESTART_TIMEOUT;
-    while !matches!(crate::http::get(n.admin_addr, "/health", HTTP_TIMEOUT), Ok((200, _))) {
+    while !matches!(n.admin().get("/health", HTTP_TIMEOUT), Ok((200, _))) {
         if Instant::now() >= deadline {
             return Err(FaultError::Failed(format!("new node {id} never answered /health; see {}", n.log.display())));
         }

@@ -246,12 +246,14 @@ fn show(c: &ClusterFile) -> Vec<String> {
             }
             _ => "down".into(),
         };
-        let role = crate::http::get(n.admin_addr, "/status", HTTP_TIMEOUT)
+        let role = n
+            .admin()
+            .get("/status", HTTP_TIMEOUT)
             .ok()
             .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
             .and_then(|v| v["role"].as_str().map(String::from))
             .unwrap_or_else(|| "-".into());
-        let faults = match crate::http::get(n.admin_addr, "/fault", HTTP_TIMEOUT) {
+        let faults = match n.admin().get("/fault", HTTP_TIMEOUT) {
             Ok((200, b)) => {
                 let v: Value = serde_json::from_str(&b).unwrap_or(Value::Null);
                 let mut parts = Vec::new();

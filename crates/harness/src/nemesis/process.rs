@@ -108,7 +108,7 @@ pub(super) fn restart(file_path: &Path, c: &ClusterFile, sel: NodeOrAll) -> Resu
         loop {
             let now = ClusterFile::load(file_path).ok().and_then(|(_, f)| f.node(n.id).ok().cloned());
             if let Some(now) = now.filter(|m| m.starts > n.starts && m.state == NodeState::Running) {
-                if matches!(crate::http::get(now.admin_addr, "/health", HTTP_TIMEOUT), Ok((200, _))) {
+                if matches!(now.admin().get("/health", HTTP_TIMEOUT), Ok((200, _))) {
                     let note = if c.in_memory { " (in memory: it comes back empty)" } else { " from its WAL" };
                     out.push(format!("restarted node {} (pid {}){note}", n.id, now.pid.unwrap_or(0)));
                     break;

@@ -632,7 +632,7 @@ fn sample_resources(
                 leader: None,
             };
             // A paused replica accepts the connection and never answers: a short timeout.
-            let sample = match crate::http::get(n.admin_addr, "/metrics", Duration::from_millis(300)) {
+            let sample = match n.admin().get("/metrics", Duration::from_millis(300)) {
                 Ok((200, body)) => sample.with_metrics(&body),
                 _ => sample,
             };
@@ -647,7 +647,7 @@ fn statuses(cluster_file: &Path) -> Vec<(NodeId, serde_json::Value)> {
     c.nodes
         .iter()
         .filter(|n| n.state == NodeState::Running)
-        .filter_map(|n| match crate::http::get(n.admin_addr, "/status", Duration::from_secs(1)) {
+        .filter_map(|n| match n.admin().get("/status", Duration::from_secs(1)) {
             Ok((200, body)) => serde_json::from_str(&body).ok().map(|v| (n.id, v)),
             _ => None,
         })
