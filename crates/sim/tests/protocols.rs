@@ -121,3 +121,13 @@ fn chain_seed_1000576_a_truncating_node_is_untrusted_until_it_caught_up() {
     let (ops, _) = check_seeds("chain", 1_000_576..1_000_577, 5, FaultSet::all());
     assert!(ops > 0);
 }
+
+/// EPaxos at an even cluster size (what a membership change produces): seed 23 at four
+/// replicas broke linearizability while the fast quorum was the odd-N formula's 2 of 4 (two
+/// interfering commands committed on the fast path through disjoint pairs); with N − 1 = 3
+/// it passes, and so do the seeds around it.
+#[test]
+fn epaxos_four_replicas_seed_23_and_neighbours() {
+    let (ops, _) = check_seeds("epaxos", 0..60, 4, FaultSet::all());
+    assert!(ops > 0);
+}

@@ -76,8 +76,11 @@
 //!   instances are unexecuted, so no dependency chain grows without bound and an old command
 //!   executes while new interfering ones keep arriving (tested).
 //!
-//! Not yet: membership changes (§4.7's epochs), non-thrifty fast paths with the "unchanged
-//! attributes" rule.
+//! - **even N** (4 replicas): the paper's N = 2F + 1 formulas would give a fast quorum of 2
+//!   of 4 (disjoint fast quorums); an even N gets N − 1 ([`fast_quorum_size`]).
+//!
+//! Not yet: membership changes (§4.7's epochs; docs/design.md, "EPaxos", lists what they
+//! need), non-thrifty fast paths with the "unchanged attributes" rule.
 
 pub mod msg;
 #[cfg(test)]
@@ -141,6 +144,32 @@ pub enum FastQuorum {
     Optimized,
     /// 2F replicas (the basic protocol of §4.3).
     Basic,
+}
+
+/// The fast quorum for `n` replicas (the command leader included), and whether it is below
+/// the basic quorum so that recovery needs TryPreAccept and the fast path its condition on
+/// committed dependencies (§4.4).
+///
+/// The paper assumes N = 2F + 1. For an even N (which only a membership change or a
+/// 4-replica cluster produces) F + ⌊(F+1)/2⌋ and 2F with F = ⌊(N−1)/2⌋ are unsafe: for N = 4
+/// both are 2, and two interfering commands can commit on the fast path through disjoint
+/// pairs {L₁, a} and {L₂, b}, neither depending on the other (`synod check --protocol epaxos
+/// --replicas 4 --seed 23` found it). An even N gets the basic rule's fast quorum in the
+/// form its recovery needs: Fig. 3's line 32 must see ⌊N/2⌋ identical pre-accepts among the
+/// ⌊N/2⌋ + 1 non-leaders of any majority without the command leader, so the fast quorum
+/// has N − 1 replicas, and at least a majority (N = 2: both). No TryPreAccept then.
+pub(crate) fn fast_quorum_size(n: usize, rule: FastQuorum) -> (usize, bool) {
+    let f = n.saturating_sub(1) / 2;
+    if n % 2 == 0 {
+        return ((n - 1).max(n / 2 + 1), false);
+    }
+    let optimized = f + f.div_ceil(2); // F + floor((F+1)/2)
+    let size = match rule {
+        FastQuorum::Optimized => optimized,
+        FastQuorum::Basic => 2 * f,
+    };
+    // Below 2F the recovery needs TryPreAccept, and the fast path its condition on deps.
+    (size.max(1), rule == FastQuorum::Optimized && optimized < 2 * f)
 }
 
 /// An instance as this replica knows it (`cmds_R[L][i]`).
@@ -312,20 +341,12 @@ impl Epaxos {
             return Err(format!("replica {} is not among the members {members:?}", setup.id));
         };
         let n = members.len();
-        let f = (n - 1) / 2;
         let rule = match setup.params.options.get("fast_quorum").map(|s| s.as_str()) {
             None | Some("optimized") => FastQuorum::Optimized,
             Some("basic") => FastQuorum::Basic,
             Some(v) => return Err(format!("option fast_quorum: expected optimized or basic, got {v:?}")),
         };
-        let optimized = f + f.div_ceil(2); // F + floor((F+1)/2)
-        let mut fast_quorum = match rule {
-            FastQuorum::Optimized => optimized,
-            FastQuorum::Basic => 2 * f,
-        };
-        // Below 2F the recovery needs TryPreAccept, and the fast path its condition on deps.
-        let try_pre_accept = rule == FastQuorum::Optimized && optimized < 2 * f;
-        fast_quorum = fast_quorum.max(1);
+        let (mut fast_quorum, try_pre_accept) = fast_quorum_size(n, rule);
         if variant.small_fast_quorum {
             fast_quorum -= 1;
         }

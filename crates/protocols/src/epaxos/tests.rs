@@ -63,6 +63,34 @@ fn quorum_sizes_follow_section_4_4() {
     assert_eq!(size(7, None), Ok(5));
     assert_eq!(size(7, Some("basic")), Ok(6));
     assert!(size(3, Some("huge")).is_err());
+    // Even N (a membership change, or 4 replicas): N − 1 and at least a majority, with
+    // either rule, and no TryPreAccept (see `fast_quorum_size`).
+    assert_eq!(size(2, None), Ok(2));
+    assert_eq!(size(4, None), Ok(3));
+    assert_eq!(size(4, Some("basic")), Ok(3));
+    assert_eq!(size(6, None), Ok(5));
+    assert_eq!(fast_quorum_size(4, FastQuorum::Optimized), (3, false));
+    assert_eq!(size(1, None), Ok(1));
+}
+
+/// Two interfering commands proposed at once at two replicas of four, each replica's
+/// PreAccepts reaching only its nearest peer first: with a fast quorum of two (the odd-N
+/// formulas applied to N = 4) both committed on the fast path through disjoint pairs, and
+/// neither depended on the other.
+#[test]
+fn with_four_replicas_interfering_commands_do_not_both_take_disjoint_fast_paths() {
+    let mut net = net(4);
+    submit(&mut net, 1, 11, 1, put("x", "a"));
+    submit(&mut net, 3, 12, 1, put("x", "b"));
+    net.run_for(Duration::from_secs(3));
+    let order = writes_of(&net, 1, "x");
+    assert_eq!(order.len(), 2, "both writes executed");
+    for id in 2..=4 {
+        assert_eq!(writes_of(&net, id, "x"), order, "replica {id} executed x's writes in replica 1's order");
+    }
+    // Each leader's fast quorum (3 of 4) meets the other's: whoever saw the other write
+    // first changed the attributes, so at least one took the slow path.
+    assert!(total(&net, "slow_path") >= 1, "a fast quorum of 3 of 4 overlaps the other leader's");
 }
 
 #[test]
