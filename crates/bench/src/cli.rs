@@ -29,6 +29,12 @@ pub struct BenchArgs {
     /// synod targets: the replicas' password (native AUTH).
     #[arg(long, env = "SYNOD_PASSWORD")]
     pub password: Option<String>,
+    /// synod targets: a protocol option (KEY=VALUE, repeatable) for the client policy the
+    /// registry supplies for the protocol the replicas report, e.g. `ambivalence=pessimistic`
+    /// for IDEM. Give the replicas the same options. A target's own `synod[KEY=VALUE,...]`
+    /// options take precedence.
+    #[arg(long = "protocol-option", value_name = "KEY=VALUE")]
+    pub protocol_options: Vec<String>,
     /// YCSB core workload: a (50/50 read/update), b (95/5), c (read only), d (read latest,
     /// 5% insert), e (short scans, 5% insert), f (read-modify-write).
     #[arg(long, short = 'w', default_value = "a")]
@@ -289,10 +295,20 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
             bail!("--rate must be a positive number of operations per second");
         }
     }
+    let options = crate::target::parse_protocol_options(&args.protocol_options.join(","))
+        .map_err(|e| anyhow::anyhow!("--protocol-option: {e}"))?;
     let mut targets = args.targets.clone();
     for t in &mut targets {
         t.tls_ca = args.tls_ca.clone();
         t.password = args.password.clone();
+        if t.kind == crate::target::TargetKind::Synod {
+            for (k, v) in &options {
+                t.protocol_options.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+    }
+    if !options.is_empty() && !targets.iter().any(|t| t.kind == crate::target::TargetKind::Synod) {
+        bail!("--protocol-option is for synod targets, and none is given");
     }
     // Unique labels: they name directories and table rows.
     for i in 0..targets.len() {

@@ -31,11 +31,11 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
 }
 
 const CLASS_HEADER: &str = "class,ok,rejected,ambivalent,errors,throughput_ops_s,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,\
-                            reject_ops_s,reject_p50_ms,reject_p99_ms";
+                            reject_ops_s,reject_p50_ms,reject_p99_ms,definitive_reject_p50_ms,ambivalent_reject_p50_ms";
 
 fn class_csv(c: &crate::stats::ClassSummary) -> String {
     format!(
-        "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
+        "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
         c.class,
         c.ok,
         c.rejected,
@@ -49,7 +49,9 @@ fn class_csv(c: &crate::stats::ClassSummary) -> String {
         c.max_ms,
         c.reject_throughput,
         c.reject_p50_ms,
-        c.reject_p99_ms
+        c.reject_p99_ms,
+        c.definitive_reject_p50_ms,
+        c.ambivalent_reject_p50_ms
     )
 }
 
@@ -91,6 +93,10 @@ pub fn write_run(dir: &Path, title: &str, meta: &RunMeta<'_>, result: &RunResult
         }
     }
     write(&dir.join("timeline.csv"), csv)?;
+    let overall = result.recorder.overall();
+    if !overall.reject_hist.is_empty() {
+        write(&dir.join("reject_hist.csv"), reject_hist_csv(&overall))?;
+    }
 
     if plots {
         plot::timeline(&dir.join("timeline.png"), title, &rows, meta.markers)?;
@@ -102,6 +108,37 @@ pub fn write_run(dir: &Path, title: &str, meta: &RunMeta<'_>, result: &RunResult
         plot::cdf(&dir.join("cdf.png"), &format!("{title}: latency CDF"), &hists)?;
     }
     Ok(())
+}
+
+/// Width of the buckets of `reject_hist.csv`, and where its last (open) bucket starts.
+const REJECT_BUCKET_US: u64 = 500;
+const REJECT_BUCKETS_TO_US: u64 = 30_000;
+
+/// `reject_hist.csv`: how many rejects (all classes) took how long, definitive and
+/// ambivalent apart, in 0.5 ms buckets up to 30 ms and one bucket above (`from_ms,to_ms,
+/// definitive,ambivalent`; the last row's `to_ms` is empty).
+pub fn reject_hist_csv(c: &crate::stats::ClassStats) -> String {
+    let (definitive, ambivalent) = (c.definitive_hist(), &c.ambivalent_hist);
+    let count = |h: &hdrhistogram::Histogram<u64>, lo: u64, hi: Option<u64>| -> u64 {
+        h.iter_recorded()
+            .filter(|v| {
+                let at = h.median_equivalent(v.value_iterated_to());
+                at >= lo && hi.is_none_or(|hi| at < hi)
+            })
+            .map(|v| v.count_at_value())
+            .sum()
+    };
+    let mut csv = String::from("from_ms,to_ms,definitive,ambivalent\n");
+    let mut lo = 0;
+    while lo < REJECT_BUCKETS_TO_US {
+        let hi = lo + REJECT_BUCKET_US;
+        let (d, a) = (count(&definitive, lo, Some(hi)), count(ambivalent, lo, Some(hi)));
+        let _ = writeln!(csv, "{:.1},{:.1},{d},{a}", lo as f64 / 1e3, hi as f64 / 1e3);
+        lo = hi;
+    }
+    let (d, a) = (count(&definitive, lo, None), count(ambivalent, lo, None));
+    let _ = writeln!(csv, "{:.1},,{d},{a}", lo as f64 / 1e3);
+    csv
 }
 
 /// One finished run, for the per-invocation files.
@@ -293,6 +330,8 @@ mod tests {
             reject_throughput: 0.0,
             reject_p50_ms: 0.0,
             reject_p99_ms: 0.0,
+            definitive_reject_p50_ms: 0.0,
+            ambivalent_reject_p50_ms: 0.0,
         };
         RunRecord {
             target: target.into(),
@@ -300,6 +339,36 @@ mod tests {
             round,
             summary: Summary { elapsed_s: 1.0, dropped: 0, classes: vec![c], commits: Default::default() },
         }
+    }
+
+    #[test]
+    fn reject_histogram_splits_definitive_from_ambivalent() {
+        use crate::stats::{Completion, Recorder};
+        use std::time::Duration;
+        let mut r = Recorder::new(Duration::from_secs(1));
+        let us = Duration::from_micros;
+        for (lat, kind, times) in [
+            (us(1_200), Completion::Rejected, 3),
+            (us(6_100), Completion::Ambivalent, 2),
+            (us(900), Completion::Ambivalent, 1),
+            (us(45_000), Completion::Rejected, 1),
+            (us(800), Completion::Ok, 5),
+        ] {
+            for _ in 0..times {
+                r.record(OpClass::Write, Duration::ZERO, lat, kind);
+            }
+        }
+        let csv = reject_hist_csv(&r.overall());
+        let rows: Vec<&str> = csv.lines().collect();
+        assert_eq!(rows[0], "from_ms,to_ms,definitive,ambivalent");
+        assert_eq!(rows.len(), 1 + 60 + 1, "0.5 ms buckets to 30 ms, one open bucket");
+        assert_eq!(rows[2], "0.5,1.0,0,1");
+        assert_eq!(rows[3], "1.0,1.5,3,0");
+        assert_eq!(rows[13], "6.0,6.5,0,2");
+        assert_eq!(rows[61], "30.0,,1,0");
+        let total: u64 =
+            rows[1..].iter().map(|l| l.rsplit(',').take(2).map(|n| n.parse::<u64>().unwrap()).sum::<u64>()).sum();
+        assert_eq!(total, 7, "every reject in one bucket, successes in none");
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct ClassStats {
     /// Latency of the rejected operations (definitive and ambivalent): how fast a client
     /// learns that it was refused.
     pub reject_hist: Histogram<u64>,
+    /// Latency of the ambivalent rejects alone (also in `reject_hist`; the definitive ones
+    /// are the difference): IDEM's optimistic clients wait after `n − f` REJECTs, so the
+    /// two kinds have different latencies.
+    pub ambivalent_hist: Histogram<u64>,
     pub rejected: u64,
     pub ambivalent: u64,
     pub errors: u64,
@@ -45,7 +49,14 @@ pub struct ClassStats {
 
 impl ClassStats {
     pub(crate) fn new(sigfig: u8) -> ClassStats {
-        ClassStats { hist: histogram(sigfig), reject_hist: histogram(sigfig), rejected: 0, ambivalent: 0, errors: 0 }
+        ClassStats {
+            hist: histogram(sigfig),
+            reject_hist: histogram(sigfig),
+            ambivalent_hist: histogram(sigfig),
+            rejected: 0,
+            ambivalent: 0,
+            errors: 0,
+        }
     }
 
     pub(crate) fn record(&mut self, latency: Duration, completion: Completion) {
@@ -59,6 +70,7 @@ impl ClassStats {
             Completion::Ambivalent => {
                 self.ambivalent += 1;
                 self.reject_hist.saturating_record(us);
+                self.ambivalent_hist.saturating_record(us);
             }
             Completion::Error => self.errors += 1,
         }
@@ -66,6 +78,13 @@ impl ClassStats {
 
     pub fn ok(&self) -> u64 {
         self.hist.len()
+    }
+
+    /// Latency of the definitive rejects (every reject that is not ambivalent).
+    pub fn definitive_hist(&self) -> Histogram<u64> {
+        let mut h = self.reject_hist.clone();
+        h.subtract(&self.ambivalent_hist).expect("ambivalent rejects are recorded in reject_hist too");
+        h
     }
 }
 
@@ -200,6 +219,7 @@ fn merge(classes: &[ClassStats]) -> ClassStats {
     for c in classes {
         all.hist.add(&c.hist).expect("same bounds");
         all.reject_hist.add(&c.reject_hist).expect("same bounds");
+        all.ambivalent_hist.add(&c.ambivalent_hist).expect("same bounds");
         all.rejected += c.rejected;
         all.ambivalent += c.ambivalent;
         all.errors += c.errors;
@@ -229,6 +249,9 @@ pub struct ClassSummary {
     pub reject_throughput: f64,
     pub reject_p50_ms: f64,
     pub reject_p99_ms: f64,
+    /// The reject p50 split: definitive rejects and ambivalent ones (0 when none).
+    pub definitive_reject_p50_ms: f64,
+    pub ambivalent_reject_p50_ms: f64,
 }
 
 impl ClassSummary {
@@ -241,6 +264,7 @@ impl ClassSummary {
                 s.reject_hist.value_at_quantile(q) as f64 / 1000.0
             }
         };
+        let p50 = |h: &Histogram<u64>| if h.is_empty() { 0.0 } else { h.value_at_quantile(0.5) as f64 / 1000.0 };
         ClassSummary {
             class: name.to_string(),
             ok: s.ok(),
@@ -256,6 +280,8 @@ impl ClassSummary {
             reject_throughput: s.reject_hist.len() as f64 / secs,
             reject_p50_ms: rq(0.5),
             reject_p99_ms: rq(0.99),
+            definitive_reject_p50_ms: p50(&s.definitive_hist()),
+            ambivalent_reject_p50_ms: p50(&s.ambivalent_hist),
         }
     }
 }
@@ -376,6 +402,32 @@ mod tests {
         assert!((write.reject_throughput - 1.5).abs() < 1e-9, "3 rejects in 2 s: {write:?}");
         assert!((write.p50_ms - 50.0).abs() < 0.1, "{write:?}");
         assert_eq!(read.reject_throughput, 0.0);
+        // ... split by kind: the definitive one alone, the two ambivalent ones alone.
+        assert!((write.definitive_reject_p50_ms - 1.0).abs() < 0.01, "{write:?}");
+        assert!((write.ambivalent_reject_p50_ms - 1.0).abs() < 0.01, "{write:?}");
+        assert_eq!((read.definitive_reject_p50_ms, read.ambivalent_reject_p50_ms), (0.0, 0.0));
+    }
+
+    #[test]
+    fn reject_latency_splits_definitive_from_ambivalent() {
+        let mut r = Recorder::new(Duration::from_secs(1));
+        let ms = Duration::from_millis;
+        for i in 0..10 {
+            r.record(OpClass::Write, ms(i), ms(2), Completion::Rejected);
+        }
+        for i in 0..5 {
+            r.record(OpClass::Write, ms(i), ms(7), Completion::Ambivalent);
+        }
+        let all = r.summary(Duration::from_secs(1)).all().clone();
+        assert!((all.reject_p50_ms - 2.0).abs() < 0.01, "both kinds: {all:?}");
+        assert!((all.definitive_reject_p50_ms - 2.0).abs() < 0.01, "{all:?}");
+        assert!((all.ambivalent_reject_p50_ms - 7.0).abs() < 0.01, "{all:?}");
+        let c = &r.classes[OpClass::Write.index()];
+        assert_eq!((c.definitive_hist().len(), c.ambivalent_hist.len()), (10, 5));
+        // Merged intervals keep the split.
+        let w = r.windows(Duration::from_secs(10));
+        let all = w[0].classes.last().unwrap();
+        assert!((all.ambivalent_reject_p50_ms - 7.0).abs() < 0.01, "{all:?}");
     }
 
     #[test]

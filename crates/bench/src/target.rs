@@ -20,6 +20,7 @@
 
 use crate::workload::{key_for, BenchOp};
 use bytes::Bytes;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use synod_core::{Op, OpResult};
@@ -74,7 +75,9 @@ impl TargetKind {
 
 /// A target named on the command line: `KIND=ENDPOINTS` or `LABEL:KIND=ENDPOINTS`, endpoints
 /// comma-separated `host:port` (e.g. `synod=127.0.0.1:7201,127.0.0.1:7202`,
-/// `raft:synod=127.0.0.1:7301`, `redis=127.0.0.1:6379`, `etcd=127.0.0.1:2379`).
+/// `raft:synod=127.0.0.1:7301`, `redis=127.0.0.1:6379`, `etcd=127.0.0.1:2379`). A synod
+/// target may carry the protocol's options for its client policy in brackets after the kind,
+/// as a scenario variant names them: `pess:synod[ambivalence=pessimistic]=127.0.0.1:7201`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TargetSpec {
     /// Name used in reports and directory names.
@@ -88,11 +91,22 @@ pub struct TargetSpec {
     /// synod targets: the replicas' password (`--password`).
     #[serde(skip)]
     pub password: Option<String>,
+    /// synod targets: the protocol's options (`KEY=VALUE`, as the replicas were given them),
+    /// handed to the client policy the registry supplies for the protocol the replicas
+    /// report (`ClientOptions::protocol_options`), e.g. IDEM's `ambivalence=pessimistic`.
+    /// From the target's brackets, `--protocol-option`, or a scenario variant's parameters.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub protocol_options: BTreeMap<String, String>,
 }
 
 impl fmt::Display for TargetSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({} {})", self.label, self.kind.name(), self.endpoints.join(","))
+        write!(f, "{} ({} {}", self.label, self.kind.name(), self.endpoints.join(","))?;
+        if !self.protocol_options.is_empty() {
+            let opts: Vec<String> = self.protocol_options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            write!(f, " [{}]", opts.join(","))?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -100,8 +114,28 @@ impl std::str::FromStr for TargetSpec {
     type Err = String;
 
     fn from_str(s: &str) -> Result<TargetSpec, String> {
-        let Some((left, endpoints)) = s.split_once('=') else {
-            return Err(format!("target `{s}`: expected KIND=HOST:PORT[,HOST:PORT...] with KIND synod, redis or etcd"));
+        // `[KEY=VALUE,...]` after the kind holds `=` signs of its own: the endpoints start at
+        // the first `=` after the `]`.
+        let split = match (s.find('['), s.find('=')) {
+            (Some(open), Some(eq)) if open < eq => s[open..].find(']').map(|close| open + close + 1),
+            _ => s.find('='),
+        };
+        let Some((left, endpoints)) = split.and_then(|i| s[i..].strip_prefix('=').map(|rest| (&s[..i], rest))) else {
+            return Err(format!(
+                "target `{s}`: expected KIND=HOST:PORT[,HOST:PORT...] or KIND[KEY=VALUE,...]=HOST:PORT... \
+                 with KIND synod, redis or etcd"
+            ));
+        };
+        let (left, protocol_options) = match left.split_once('[') {
+            None => (left, BTreeMap::new()),
+            Some((head, rest)) => {
+                let inner = rest.strip_suffix(']').ok_or_else(|| format!("target `{s}`: expected `]` before `=`"))?;
+                let opts = parse_protocol_options(inner).map_err(|e| format!("target `{s}`: {e}"))?;
+                if opts.is_empty() {
+                    return Err(format!("target `{s}`: empty `[]`: give KEY=VALUE options or leave the brackets out"));
+                }
+                (head, opts)
+            }
         };
         let (label, kind) = match left.split_once(':') {
             Some((label, kind)) => (label.trim(), kind.trim()),
@@ -128,11 +162,45 @@ impl std::str::FromStr for TargetSpec {
                 return Err(format!("target `{s}`: endpoint `{e}` is not HOST:PORT"));
             }
         }
-        Ok(TargetSpec { label: label.to_string(), kind, endpoints, tls_ca: None, password: None })
+        if !protocol_options.is_empty() && kind != TargetKind::Synod {
+            return Err(format!("target `{s}`: protocol options are for synod targets only"));
+        }
+        Ok(TargetSpec { label: label.to_string(), kind, endpoints, tls_ca: None, password: None, protocol_options })
     }
 }
 
+/// `KEY=VALUE,KEY=VALUE` (a target's brackets): protocol options for the client policy. Keys
+/// are letters, digits and `_`; a key given twice is an error.
+pub fn parse_protocol_options(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let (k, v) = item.split_once('=').ok_or_else(|| format!("protocol option `{item}`: expected KEY=VALUE"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("protocol option `{item}`: the key must be letters, digits or `_`"));
+        }
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("protocol option `{k}` given twice"));
+        }
+    }
+    Ok(out)
+}
+
 impl TargetSpec {
+    /// The native client's options for simulated client number `client` of a synod target:
+    /// its home replica, the protocol's client policy looked up by the name the replicas
+    /// report, and the protocol options that policy is built with.
+    pub fn client_options(&self, client: usize, tls: Option<synod_client::ClientTls>) -> synod_client::ClientOptions {
+        synod_client::ClientOptions {
+            home: client,
+            resolve_policy: Some(synod_protocols::registry::client_for),
+            protocol_options: self.protocol_options.clone(),
+            tls,
+            password: self.password.clone(),
+            ..Default::default()
+        }
+    }
+
     /// Open the connection of simulated client number `client`. `key_size` is the workload's
     /// (Redis needs it to emulate scans).
     pub async fn connect(&self, client: usize, key_size: usize) -> Result<AnyTarget, TargetError> {
@@ -146,13 +214,7 @@ impl TargetSpec {
                     Some(ca) => Some(synod_client::ClientTls::from_ca_file(ca).map_err(fail)?),
                     None => None,
                 };
-                let opts = synod_client::ClientOptions {
-                    home: client,
-                    resolve_policy: Some(synod_protocols::registry::client_for),
-                    tls,
-                    password: self.password.clone(),
-                    ..Default::default()
-                };
+                let opts = self.client_options(client, tls);
                 let client =
                     synod_client::Client::with_options(&self.endpoints, opts).await.map_err(|e| fail(e.to_string()))?;
                 AnyTarget::Synod(Box::new(SynodTarget { client }))

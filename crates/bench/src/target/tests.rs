@@ -198,6 +198,132 @@ fn target_specs_parse() {
     assert!("redis=".parse::<TargetSpec>().unwrap_err().contains("no endpoints"));
     assert!("a b:redis=1.2.3.4:5".parse::<TargetSpec>().unwrap_err().contains("label"));
     assert!("redis=1.2.3.4:99999".parse::<TargetSpec>().unwrap_err().contains("not HOST:PORT"));
+    assert!(t.protocol_options.is_empty());
+}
+
+#[test]
+fn target_specs_carry_protocol_options() {
+    let t: TargetSpec =
+        "pess:synod[ambivalence=pessimistic, optimistic_wait_ms=7]=127.0.0.1:7201,127.0.0.1:7202".parse().unwrap();
+    assert_eq!((t.label.as_str(), t.kind), ("pess", TargetKind::Synod));
+    assert_eq!(t.endpoints, vec!["127.0.0.1:7201", "127.0.0.1:7202"]);
+    let want: BTreeMap<String, String> =
+        [("ambivalence", "pessimistic"), ("optimistic_wait_ms", "7")].map(|(k, v)| (k.into(), v.into())).into();
+    assert_eq!(t.protocol_options, want);
+    // ... and the client policy is built with them.
+    let opts = t.client_options(3, None);
+    assert_eq!((opts.home, &opts.client_config().options), (3, &want));
+    assert!(t.to_string().contains("[ambivalence=pessimistic,optimistic_wait_ms=7]"), "{t}");
+    let t: TargetSpec = "synod[x=1]=127.0.0.1:7201".parse().unwrap();
+    assert_eq!((t.label.as_str(), t.protocol_options.len()), ("synod", 1));
+    assert!("synod[]=127.0.0.1:1".parse::<TargetSpec>().unwrap_err().contains("empty `[]`"));
+    assert!("synod[x]=127.0.0.1:1".parse::<TargetSpec>().unwrap_err().contains("expected KEY=VALUE"));
+    assert!("synod[x=1,x=2]=127.0.0.1:1".parse::<TargetSpec>().unwrap_err().contains("given twice"));
+    assert!("synod[x=1=127.0.0.1:1".parse::<TargetSpec>().unwrap_err().contains("expected KIND"));
+    assert!("synod[x=1]y=127.0.0.1:1".parse::<TargetSpec>().unwrap_err().contains("expected KIND"));
+    assert!("redis[x=1]=127.0.0.1:1".parse::<TargetSpec>().unwrap_err().contains("synod targets only"));
+}
+
+/// Three fake IDEM replicas (ids 1–3, reporting protocol `idem`): replicas 1 and 2 reject
+/// every request durably at once, replica 3 executes it after `slow`. An ambivalent outcome
+/// (n − f = 2 REJECTs) then ends a pessimistic client's request at once, while an optimistic
+/// one that waits longer than `slow` gets the reply.
+async fn fake_idem(slow: std::time::Duration) -> Vec<String> {
+    let mut addrs = Vec::new();
+    for id in 1..=3 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(listener.local_addr().unwrap().to_string());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                tokio::spawn(serve_idem(stream, id, slow));
+            }
+        });
+    }
+    addrs
+}
+
+async fn serve_idem(stream: TcpStream, id: synod_core::NodeId, slow: std::time::Duration) {
+    let (mut r, w) = stream.into_split();
+    let w = Arc::new(tokio::sync::Mutex::new(w));
+    let mut magic = [0u8; 8];
+    if r.read_exact(&mut magic).await.is_err() || &magic != CLIENT_MAGIC {
+        return;
+    }
+    let mut buf = BytesMut::new();
+    loop {
+        let payload = loop {
+            if let Some(p) = wire::take_frame(&mut buf, 1 << 24).unwrap() {
+                break p;
+            }
+            if r.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                return;
+            }
+        };
+        let (out, delay) = match wire::decode_payload::<ClientMsg>(&payload).unwrap() {
+            ClientMsg::Auth { .. } => continue,
+            ClientMsg::Status => {
+                let status = Status {
+                    id,
+                    protocol: "idem".into(),
+                    role: if id == 1 { Role::Leader } else { Role::Follower },
+                    ballot: "0".into(),
+                    leader: Some(1),
+                    commit_index: 0,
+                    execute_index: 0,
+                    extra: Default::default(),
+                };
+                (ServerMsg::Status(status), None)
+            }
+            ClientMsg::Request { cmd, .. } => {
+                let (body, delay) = if id == 3 {
+                    (ReplyBody::Done(OpResult::Done), Some(slow))
+                } else {
+                    (ReplyBody::Rejected { reason: "over the reject threshold".into() }, None)
+                };
+                (ServerMsg::Reply(Reply { client: cmd.client, seq: cmd.seq, from: id, body }), delay)
+            }
+        };
+        let w = w.clone();
+        tokio::spawn(async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            let _ = w.lock().await.write_all(&wire::frame(&out)).await;
+        });
+    }
+}
+
+#[tokio::test]
+async fn protocol_options_reach_the_client_policy() {
+    let slow = std::time::Duration::from_millis(1500);
+    let addrs = fake_idem(slow).await;
+    let put = BenchOp::Update { key: key_for(1, 23), value: Bytes::from_static(b"v") };
+    let run = |spec: String| {
+        let put = put.clone();
+        async move {
+            let spec: TargetSpec = spec.parse().unwrap();
+            let mut t = spec.connect(0, 23).await.unwrap();
+            let start = std::time::Instant::now();
+            let outcome = t.execute(&put).await.unwrap();
+            (outcome, start.elapsed())
+        }
+    };
+    let eps = addrs.join(",");
+    // Pessimistic (the option reaches IdemPolicy): gives up at n − f = 2 REJECTs, before the
+    // slow reply.
+    let (outcome, took) = run(format!("synod[ambivalence=pessimistic]={eps}")).await;
+    assert!(matches!(outcome, Outcome::Ambivalent(_)), "{outcome:?}");
+    assert!(took < slow, "pessimistic client waited {took:?}");
+    // Optimistic with a wait longer than the slow replica: the reply arrives in the wait.
+    // Without the option (the default 5 ms wait) this would be ambivalent.
+    let (outcome, took) = run(format!("synod[optimistic_wait_ms=20000]={eps}")).await;
+    assert_eq!(outcome, Outcome::Ok, "after {took:?}");
+    assert!(took >= slow, "{took:?}");
+    // The default: optimistic, 5 ms, gives up before the slow reply.
+    let (outcome, took) = run(format!("synod={eps}")).await;
+    assert!(matches!(outcome, Outcome::Ambivalent(_)), "{outcome:?}");
+    assert!(took < slow, "{took:?}");
 }
 
 #[tokio::test]

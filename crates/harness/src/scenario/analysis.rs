@@ -242,6 +242,10 @@ mod tests {
                 reject_throughput: 0.0,
                 reject_p50_ms: 0.0,
                 reject_p99_ms: 0.0,
+                definitive_reject_p50_ms: 0.0,
+                ambivalent_reject_p50_ms: 0.0,
+                definitive_reject_p50_ms: 0.0,
+                ambivalent_reject_p50_ms: 0.0,
             }],
         }
     }

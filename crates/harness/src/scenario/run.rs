@@ -120,8 +120,11 @@ fn run_one(s: &Scenario, v: &Variant, dir: &Path, stop: &Stop) -> anyhow::Result
 
     let result = (|| -> anyhow::Result<RunOutcome> {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        let target: TargetSpec =
+        let mut target: TargetSpec =
             format!("{}:synod={}", v.dir_name(), endpoints.join(",")).parse().map_err(anyhow::Error::msg)?;
+        // The variant's protocol options (with [cluster.params]'s) also build the client
+        // policy, e.g. IDEM's `ambivalence` and `optimistic_wait_ms`.
+        target.protocol_options = v.params.options.clone();
         if s.bench.sweep.is_some() {
             let args = BenchArgs { targets: vec![target], out: dir.to_path_buf(), ..s.bench.clone() };
             rt.block_on(synod_bench::cli::run_bench(args))?;

@@ -366,6 +366,11 @@ const RESERVED: &[(&str, &str)] = &[
     ("duration", "use the scenario's top-level `duration`"),
     ("ops", "scenarios are timed: use `duration`"),
     ("marker", "markers come from the schedule"),
+    (
+        "protocol-option",
+        "give protocol options to the variant (`idem[ambivalence=pessimistic]`) or [cluster.params]: \
+         they reach both the replicas and the client policy",
+    ),
 ];
 
 /// `#[command(flatten)]` of the bench arguments, to parse them from a synthetic argv.
