@@ -290,19 +290,23 @@ async fn fault_link(State(state): State<AdminState>, body: Bytes) -> Response {
 struct EgressRequest {
     /// The node-wide egress rate; null lifts it.
     bandwidth_mbit: Option<f64>,
+    /// How the NIC orders the frames of the links: "fq" (default) or "fifo".
+    #[serde(default)]
+    qdisc: crate::link::Qdisc,
 }
 
-/// `POST /fault/egress {"bandwidth_mbit": 100}`: cap this replica's total outgoing rate (all
-/// links share it, like a NIC); `null` lifts the cap.
+/// `POST /fault/egress {"bandwidth_mbit": 100, "qdisc": "fq"}`: cap this replica's total
+/// outgoing rate (all links share it, like a NIC); `null` lifts the cap. `qdisc` (default
+/// `fq`) is how the NIC orders frames: per-peer fair queueing or one FIFO (docs/faults.md).
 async fn fault_egress(State(state): State<AdminState>, body: Bytes) -> Response {
     let req: EgressRequest = match parse(&body) {
         Ok(r) => r,
         Err(e) => return bad_request(e),
     };
-    if let Err(e) = state.faults.set_egress(req.bandwidth_mbit) {
+    if let Err(e) = state.faults.set_egress(req.bandwidth_mbit, req.qdisc) {
         return bad_request(e);
     }
-    tracing::info!(mbit = ?req.bandwidth_mbit, "fault: node egress rate set");
+    tracing::info!(mbit = ?req.bandwidth_mbit, qdisc = %req.qdisc, "fault: node egress rate set");
     Json(state.faults.state()).into_response()
 }
 

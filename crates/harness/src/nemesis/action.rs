@@ -220,6 +220,25 @@ impl FromStr for Quota {
     }
 }
 
+/// How a shaped NIC orders the frames of its links (docs/faults.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Qdisc {
+    /// Per-peer flows, fair and idle flows first (Linux's default fq_codel).
+    #[default]
+    Fq,
+    /// One FIFO for all links.
+    Fifo,
+}
+
+impl Qdisc {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Qdisc::Fq => "fq",
+            Qdisc::Fifo => "fifo",
+        }
+    }
+}
+
 /// An egress rate in Mbit/s, or `off` (unlimited).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rate(pub Option<f64>);
@@ -305,6 +324,10 @@ pub enum Action {
         node: NodeOrAll,
         #[arg(long)]
         mbit: Rate,
+        /// How the NIC orders frames: per-peer fair queueing (`fq`, Linux's default) or one
+        /// FIFO for all links (`fifo`).
+        #[arg(long, value_enum, default_value_t = Qdisc::Fq)]
+        qdisc: Qdisc,
     },
     /// Limit a replica's CPU with a cgroup quota (percent of one CPU, or `off`).
     Cpu {

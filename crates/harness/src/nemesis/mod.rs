@@ -157,7 +157,7 @@ pub fn execute(cluster: &Path, action: &Action) -> Result<Vec<String>, FaultErro
             }
             Ok(out)
         }
-        Action::Egress { node, mbit } => {
+        Action::Egress { node, mbit, qdisc } => {
             let ids = match node {
                 NodeOrAll::All => c.ids(),
                 NodeOrAll::Id(id) => vec![*id],
@@ -165,10 +165,14 @@ pub fn execute(cluster: &Path, action: &Action) -> Result<Vec<String>, FaultErro
             let mut out = Vec::new();
             for id in ids {
                 let n = c.node(id).map_err(FaultError::Usage)?;
-                admin_post(n, "/fault/egress", &json!({ "bandwidth_mbit": mbit.0 })).map_err(fail)?;
+                admin_post(n, "/fault/egress", &json!({ "bandwidth_mbit": mbit.0, "qdisc": qdisc.as_str() }))
+                    .map_err(fail)?;
                 out.push(format!(
                     "node {id}: egress {}",
-                    mbit.0.map_or("unlimited".to_string(), |b| format!("{b} Mbit/s shared by all links"))
+                    mbit.0.map_or("unlimited".to_string(), |b| format!(
+                        "{b} Mbit/s shared by all links ({})",
+                        qdisc.as_str()
+                    ))
                 ));
             }
             Ok(out)
