@@ -78,12 +78,21 @@ impl TargetKind {
 /// `raft:synod=127.0.0.1:7301`, `redis=127.0.0.1:6379`, `etcd=127.0.0.1:2379`). A synod
 /// target may carry the protocol's options for its client policy in brackets after the kind,
 /// as a scenario variant names them: `pess:synod[ambivalence=pessimistic]=127.0.0.1:7201`.
+///
+/// A sharded synod deployment (several independent clusters, one per key range, as in the
+/// Crossword paper's §5.6 / Fig. 13) is several endpoint groups separated by `;`:
+/// `synod=A1,A2,A3;B1,B2,B3`. Each simulated client then has one session per cluster and
+/// sends each operation to the cluster owning its key ([`shard_of`]).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TargetSpec {
     /// Name used in reports and directory names.
     pub label: String,
     pub kind: TargetKind,
     pub endpoints: Vec<String>,
+    /// Sharded synod targets: the endpoints of each cluster, in key-range order (empty: one
+    /// cluster, `endpoints`). `endpoints` then lists all of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<Vec<String>>,
     /// synod targets: the CA file to check the replicas' TLS certificates against
     /// (`--tls-ca`); None = plain TCP.
     #[serde(skip)]
@@ -150,8 +159,19 @@ impl std::str::FromStr for TargetSpec {
         if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(format!("target `{s}`: label `{label}` must be non-empty letters, digits, `-`, `_` or `.`"));
         }
-        let endpoints: Vec<String> =
-            endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect();
+        let groups: Vec<&str> = endpoints.split(';').collect();
+        if groups.len() > 1 && kind != TargetKind::Synod {
+            return Err(format!("target `{s}`: `;` (one endpoint group per shard) is for synod targets only"));
+        }
+        let list = |group: &str| -> Vec<String> {
+            group.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect()
+        };
+        let shards: Vec<Vec<String>> =
+            if groups.len() > 1 { groups.iter().map(|g| list(g)).collect() } else { Vec::new() };
+        if let Some(i) = shards.iter().position(Vec::is_empty) {
+            return Err(format!("target `{s}`: shard {} has no endpoints", i + 1));
+        }
+        let endpoints: Vec<String> = groups.iter().flat_map(|g| list(g)).collect();
         if endpoints.is_empty() {
             return Err(format!("target `{s}`: no endpoints"));
         }
@@ -165,7 +185,7 @@ impl std::str::FromStr for TargetSpec {
         if !protocol_options.is_empty() && kind != TargetKind::Synod {
             return Err(format!("target `{s}`: protocol options are for synod targets only"));
         }
-        Ok(TargetSpec { label: label.to_string(), kind, endpoints, tls_ca: None, password: None, protocol_options })
+        Ok(TargetSpec { label: label.to_string(), kind, endpoints, shards, tls_ca: None, password: None, protocol_options })
     }
 }
 
@@ -205,6 +225,17 @@ impl TargetSpec {
     /// (Redis needs it to emulate scans).
     pub async fn connect(&self, client: usize, key_size: usize) -> Result<AnyTarget, TargetError> {
         let fail = |reason: String| TargetError::Connect { target: self.to_string(), reason };
+        if !self.shards.is_empty() {
+            let mut clusters = Vec::with_capacity(self.shards.len());
+            for group in &self.shards {
+                let one = TargetSpec { endpoints: group.clone(), shards: Vec::new(), ..self.clone() };
+                match Box::pin(one.connect(client, key_size)).await? {
+                    AnyTarget::Synod(t) => clusters.push(*t),
+                    _ => return Err(fail("a shard is not a synod cluster".into())),
+                }
+            }
+            return Ok(AnyTarget::Sharded(ShardedTarget { clusters }));
+        }
         Ok(match self.kind {
             TargetKind::Synod => {
                 // Each client starts at its own replica: leaderless protocols then have every
@@ -245,6 +276,7 @@ impl TargetSpec {
 /// not object safe, and an enum keeps the hot path free of boxing).
 pub enum AnyTarget {
     Synod(Box<SynodTarget>),
+    Sharded(ShardedTarget),
     Redis(RedisTarget),
     Etcd(Box<EtcdTarget>),
 }
@@ -253,6 +285,7 @@ impl Target for AnyTarget {
     async fn execute(&mut self, op: &BenchOp) -> Result<Outcome, TargetError> {
         match self {
             AnyTarget::Synod(t) => t.execute(op).await,
+            AnyTarget::Sharded(t) => t.execute(op).await,
             AnyTarget::Redis(t) => t.execute(op).await,
             AnyTarget::Etcd(t) => t.execute(op).await,
         }
@@ -313,6 +346,52 @@ impl Target for SynodTarget {
                 Err(o) => o,
             },
         })
+    }
+}
+
+/// Which of `shards` key ranges `key` falls in. The key space is cut into `shards` equal
+/// ranges: for YCSB keys (`"user"` + zero-padded decimal digits, [`key_for`]) ranges of the
+/// number after `"user"` over its digit space, so that the shards hold equal shares of the
+/// records; for any other key, ranges of its first 8 bytes read as a big-endian number.
+pub fn shard_of(key: &[u8], shards: usize) -> usize {
+    if shards <= 1 {
+        return 0;
+    }
+    let ycsb = key.strip_prefix(b"user").filter(|d| !d.is_empty() && d.len() <= 19 && d.iter().all(u8::is_ascii_digit));
+    let (value, space): (u128, u128) = match ycsb {
+        Some(digits) => {
+            let v = digits.iter().fold(0u128, |v, d| v * 10 + u128::from(d - b'0'));
+            // key_for: 19 digits hold a 63-bit hash; fewer hold the hash modulo 10^digits.
+            let space = if digits.len() >= 19 { 1u128 << 63 } else { 10u128.pow(digits.len() as u32) };
+            (v.min(space - 1), space)
+        }
+        None => {
+            let mut prefix = [0u8; 8];
+            let n = key.len().min(8);
+            prefix[..n].copy_from_slice(&key[..n]);
+            (u128::from(u64::from_be_bytes(prefix)), 1u128 << 64)
+        }
+    };
+    (value * shards as u128 / space) as usize
+}
+
+/// Several synod clusters, one per key range: each operation goes to the cluster owning its
+/// key (a scan to the one owning its start key, and stays within that cluster's range).
+pub struct ShardedTarget {
+    clusters: Vec<SynodTarget>,
+}
+
+impl Target for ShardedTarget {
+    async fn execute(&mut self, op: &BenchOp) -> Result<Outcome, TargetError> {
+        let key = match op {
+            BenchOp::Read { key }
+            | BenchOp::Update { key, .. }
+            | BenchOp::Insert { key, .. }
+            | BenchOp::ReadModifyWrite { key, .. } => key,
+            BenchOp::Scan { start, .. } => start,
+        };
+        let shard = shard_of(key, self.clusters.len());
+        self.clusters[shard].execute(op).await
     }
 }
 

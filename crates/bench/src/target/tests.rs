@@ -374,3 +374,62 @@ fn etcd_errors_map_to_outcomes() {
         Err(TargetError::Transport(_))
     ));
 }
+
+#[test]
+fn sharded_specs_parse() {
+    let t: TargetSpec = "cw:synod=127.0.0.1:1,127.0.0.1:2;127.0.0.1:3".parse().unwrap();
+    assert_eq!(t.shards, vec![vec!["127.0.0.1:1", "127.0.0.1:2"], vec!["127.0.0.1:3"]]);
+    assert_eq!(t.endpoints, vec!["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+    let one: TargetSpec = "synod=127.0.0.1:1".parse().unwrap();
+    assert!(one.shards.is_empty());
+    assert!("synod=127.0.0.1:1;".parse::<TargetSpec>().unwrap_err().contains("shard 2 has no endpoints"));
+    assert!("redis=127.0.0.1:1;127.0.0.1:2".parse::<TargetSpec>().unwrap_err().contains("synod targets only"));
+}
+
+#[test]
+fn ycsb_keys_split_into_equal_key_ranges() {
+    for key_size in [23, 10] {
+        let mut count = [0usize; 5];
+        let mut bounds = [(u64::MAX, 0u64); 5];
+        for n in 0..10_000u64 {
+            let key = key_for(n, key_size);
+            let s = shard_of(&key, 5);
+            count[s] += 1;
+            let v: u64 = std::str::from_utf8(&key[4..]).unwrap().parse().unwrap();
+            bounds[s] = (bounds[s].0.min(v), bounds[s].1.max(v));
+        }
+        // Disjoint ranges in key order, each with about a fifth of the records.
+        for s in 0..5 {
+            assert!((1_700..=2_300).contains(&count[s]), "key size {key_size}: shard {s} has {count:?}");
+            if s > 0 {
+                assert!(bounds[s - 1].1 < bounds[s].0, "key size {key_size}: ranges overlap: {bounds:?}");
+            }
+        }
+    }
+    assert_eq!(shard_of(b"anything", 1), 0);
+    assert_eq!(shard_of(b"\x00", 4), 0);
+    assert_eq!(shard_of(b"\xff\xff", 4), 3);
+    assert_eq!(shard_of(b"user", 3), 1); // not a YCSB key: its bytes decide
+}
+
+#[tokio::test]
+async fn sharded_target_sends_each_key_to_its_cluster() {
+    let (a, log_a) = fake_synod().await;
+    let (b, log_b) = fake_synod().await;
+    let spec: TargetSpec = format!("synod={a};{b}").parse().unwrap();
+    let mut t = spec.connect(0, 23).await.unwrap();
+    let (mut to_a, mut to_b) = (0, 0);
+    for n in 0..50u64 {
+        let key = key_for(n, 23);
+        let op = BenchOp::Update { key: key.clone(), value: Bytes::from_static(b"v") };
+        assert_eq!(t.execute(&op).await.unwrap(), Outcome::Ok);
+        if shard_of(&key, 2) == 0 {
+            to_a += 1;
+        } else {
+            to_b += 1;
+        }
+    }
+    assert!(to_a > 0 && to_b > 0, "both shards used: {to_a} / {to_b}");
+    assert_eq!(log_a.lock().unwrap().iter().filter(|l| *l == "put").count(), to_a);
+    assert_eq!(log_b.lock().unwrap().iter().filter(|l| *l == "put").count(), to_b);
+}

@@ -39,7 +39,8 @@ impl Chain {
         ctx.set_timer(TIMER_TICK, self.heartbeat);
         let suspects = self.suspects(ctx.now);
         let pending = self.accepted_pending();
-        ctx.broadcast(&Msg::Alive { epoch: self.cfg.epoch, suspects, pending, trusted: self.trusted });
+        let alive = Msg::Alive { epoch: self.cfg.epoch, suspects, pending, trusted: self.trusted, stable: self.stable };
+        ctx.broadcast(&alive);
         self.repair_tick(ctx);
         self.lease_tick(ctx);
         self.maybe_propose(ctx);
@@ -86,9 +87,19 @@ impl Chain {
         if epoch > self.cfg.epoch {
             ctx.send(from, &Msg::ConfigReq);
         } else if epoch < self.cfg.epoch {
-            ctx.send(from, &Msg::Decided { cfg: self.cfg.clone() });
+            ctx.send(from, &Msg::Decided { cfg: self.cfg.clone(), stable: self.stable });
         }
         self.reports.insert(from, (epoch, suspects));
+    }
+
+    /// A peer's `Alive` says update `stable` was processed by a tail. Every trusted node
+    /// holds every such update; if this one does not, it lost its disk (a restart with an
+    /// empty data directory starts like a bootstrap, trusted at epoch 1) and is not trusted:
+    /// it must not become head, and rejoins at the tail with a state transfer.
+    pub(super) fn check_committed(&mut self, ctx: &mut Ctx<'_>, stable: u64) {
+        if stable > self.last && self.trusted {
+            self.set_trusted(ctx, false);
+        }
     }
 
     /// A chosen configuration: install it if it is newer.
@@ -156,10 +167,14 @@ impl Chain {
             return;
         }
         // Only a node whose history is a consistent copy may become head (a rejoined node
-        // that has not been brought in sync yet may hold updates it sequenced as an old head).
-        let head = chain[0];
-        let head_trusted = if head == self.me { self.trusted } else { !self.untrusted_reports.contains(&head) };
-        if !head_trusted {
+        // that has not been brought in sync yet may hold updates it sequenced as an old head,
+        // a wiped one lacks committed ones). An untrusted head is dropped from the chain
+        // (removing members is always safe) and rejoins at the tail later.
+        let trusted = |m: NodeId| if m == self.me { self.trusted } else { !self.untrusted_reports.contains(&m) };
+        while chain.len() > 1 && !trusted(chain[0]) {
+            chain.remove(0);
+        }
+        if !trusted(chain[0]) {
             return;
         }
         let want = Config { epoch: self.cfg.epoch + 1, chain };
@@ -188,7 +203,7 @@ impl Chain {
     pub(super) fn on_prepare(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, epoch: u64) {
         if epoch <= self.cfg.epoch {
             let cfg = self.cfg.clone();
-            self.send(ctx, from, Msg::Decided { cfg });
+            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable });
             return;
         }
         if epoch > self.cfg.epoch + 1 {
@@ -211,7 +226,7 @@ impl Chain {
     pub(super) fn on_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, cfg: Config) {
         if cfg.epoch <= self.cfg.epoch {
             let cfg = self.cfg.clone();
-            self.send(ctx, from, Msg::Decided { cfg });
+            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable });
             return;
         }
         if cfg.epoch > self.cfg.epoch + 1 || !cfg.well_formed(&self.members) {
@@ -280,7 +295,7 @@ impl Chain {
         }
         // Chosen.
         self.proposal = None;
-        ctx.broadcast(&Msg::Decided { cfg: value.clone() });
+        ctx.broadcast(&Msg::Decided { cfg: value.clone(), stable: self.stable });
         self.learn(ctx, value);
     }
 

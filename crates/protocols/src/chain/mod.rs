@@ -311,14 +311,18 @@ impl Chain {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::Alive { epoch, suspects, pending, trusted } => {
+            Msg::Alive { epoch, suspects, pending, trusted, stable } => {
+                self.check_committed(ctx, stable);
                 self.on_alive(ctx, from, epoch, suspects, pending, trusted)
             }
             Msg::ConfigReq => {
                 let cfg = self.cfg.clone();
-                ctx.send(from, &Msg::Decided { cfg });
+                ctx.send(from, &Msg::Decided { cfg, stable: self.stable });
             }
-            Msg::Decided { cfg } => self.learn(ctx, cfg),
+            Msg::Decided { cfg, stable } => {
+                self.check_committed(ctx, stable);
+                self.learn(ctx, cfg)
+            }
             Msg::Prepare { ballot, epoch } => self.on_prepare(ctx, from, ballot, epoch),
             Msg::Promise { ballot, epoch, accepted } => self.on_promise(ctx, from, ballot, epoch, accepted),
             Msg::Accept { ballot, cfg } => self.on_accept(ctx, from, ballot, cfg),
@@ -356,7 +360,7 @@ impl Chain {
             ctx.send(from, &Msg::ConfigReq);
         } else if epoch < self.cfg.epoch {
             let cfg = self.cfg.clone();
-            ctx.send(from, &Msg::Decided { cfg });
+            ctx.send(from, &Msg::Decided { cfg, stable: self.stable });
         }
         epoch == self.cfg.epoch
     }
