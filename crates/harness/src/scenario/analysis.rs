@@ -244,8 +244,6 @@ mod tests {
                 reject_p99_ms: 0.0,
                 definitive_reject_p50_ms: 0.0,
                 ambivalent_reject_p50_ms: 0.0,
-                definitive_reject_p50_ms: 0.0,
-                ambivalent_reject_p50_ms: 0.0,
             }],
         }
     }

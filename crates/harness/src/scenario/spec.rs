@@ -925,6 +925,8 @@ leader_site = "VA""#;
         assert!(e.contains("[workload]") && e.contains("many"), "{e}");
         let e = err(&GOOD.replace("clients = 8", "target = \"redis=1.2.3.4:5\""));
         assert!(e.contains("`target` cannot be set here"), "{e}");
+        let e = err(&GOOD.replace("clients = 8", "protocol_option = [\"ambivalence=pessimistic\"]"));
+        assert!(e.contains("`protocol_option` cannot be set here") && e.contains("variant"), "{e}");
         let e = err(&GOOD.replace("at = \"10s\"", "at = \"10 parsecs\""));
         assert!(e.contains("schedule[1]") && e.contains("unknown unit"), "{e}");
         let e = err(&GOOD.replace("at = \"20s\"", "at = \"45s\""));

@@ -120,6 +120,7 @@ pub const OPTIONS: &[&str] = &[
     // that one protocol spec (`idem[ambivalence=pessimistic]`) configures both sides.
     "ambivalence",
     "optimistic_wait_ms",
+    "await_durable",
 ];
 
 /// IDEM's knobs.

@@ -11,7 +11,11 @@
 //!   other `f` replicas
 //!   accepted it. A *pessimistic* client gives up at once; an *optimistic* one (the paper's
 //!   evaluation, 5 ms) waits that long for a reply or the last REJECTs, then gives up
-//!   (`Outcome::Rejected { definitive: false }`: the effect is unknown).
+//!   (`Outcome::Rejected { definitive: false }`: the effect is unknown). If by then every
+//!   replica refused, but some only early, the last REJECTs *have* come and only their
+//!   durable copies are missing (they follow at the end of the replica's turn): the client
+//!   waits for them, at most one more attempt timeout, and ends definitively
+//!   (`await_durable`, default on; off gives up at the wait as before).
 //!
 //! A request nobody answers within the attempt timeout is sent to every replica again (same
 //! request id: replicas that hold it absorb the copy, those that rejected it reject again);
@@ -28,15 +32,18 @@ use synod_core::{ClientCtx, ClientPolicy, Command, NodeId, Outcome, Reply, Reply
 /// `RequestMeta::ext` of a request the client sent to every replica: replicas need not relay it.
 pub const MULTICAST: &[u8] = b"idem:all";
 
-/// The registry's constructor: options `ambivalence = optimistic | pessimistic` and
-/// `optimistic_wait_ms` (default 5).
+/// The registry's constructor: options `ambivalence = optimistic | pessimistic`,
+/// `optimistic_wait_ms` (default 5) and `await_durable` (default true).
 pub fn client(cfg: &ClientConfig) -> Box<dyn ClientPolicy> {
     let wait = cfg.options.get("optimistic_wait_ms").and_then(|v| v.trim().parse().ok()).unwrap_or(5);
     let mode = match cfg.options.get("ambivalence").map(|s| s.trim()) {
         Some("pessimistic") => Ambivalence::Pessimistic,
         _ => Ambivalence::Optimistic(Duration::from_millis(wait)),
     };
-    Box::new(IdemPolicy::new(mode, cfg.retry.clone()))
+    let await_durable = !matches!(cfg.options.get("await_durable").map(|s| s.trim()), Some("false" | "off" | "0"));
+    let mut p = IdemPolicy::new(mode, cfg.retry.clone());
+    p.await_durable = await_durable;
+    Box::new(p)
 }
 
 fn meta() -> RequestMeta {
@@ -72,6 +79,11 @@ pub struct IdemPolicy {
     refusing: BTreeSet<NodeId>,
     last_reason: String,
     waiting: bool,
+    /// Optimistic: once every replica refused when the wait ends, wait for their durable
+    /// REJECTs instead of giving up ambivalently.
+    await_durable: bool,
+    /// The wait ended with every replica refused: waiting for the durable REJECTs.
+    extended: bool,
     active: bool,
 }
 
@@ -84,6 +96,8 @@ impl IdemPolicy {
             refusing: BTreeSet::new(),
             last_reason: String::new(),
             waiting: false,
+            await_durable: true,
+            extended: false,
             active: false,
         }
     }
@@ -114,6 +128,7 @@ impl ClientPolicy for IdemPolicy {
         self.refusing.clear();
         self.last_reason.clear();
         self.waiting = false;
+        self.extended = false;
         self.active = true;
         if cx.members.is_empty() {
             self.finish(cx, Outcome::Unknown("no replicas known".into()));
@@ -166,6 +181,11 @@ impl ClientPolicy for IdemPolicy {
             return;
         }
         match id {
+            // Every replica refused (some only early): their durable REJECTs are on the way.
+            WAIT_TIMER if self.await_durable && !self.extended && self.refusing.len() >= cx.members.len() => {
+                self.extended = true;
+                cx.set_timer(WAIT_TIMER, self.times.attempt_timeout);
+            }
             WAIT_TIMER => self.rejected(cx, false),
             ATTEMPT_TIMER => {
                 cx.send_all(meta());
@@ -317,13 +337,84 @@ mod tests {
         let a = d.step(|p, cx| p.on_reply(cx, reject(3)));
         assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: true, .. })), "{a:?}");
 
-        // Only early rejects: the optimistic wait ends ambivalently.
+        // Only early rejects: the optimistic wait ends ambivalently when the durable
+        // REJECTs are not awaited.
         let mut d = Drive::new(Ambivalence::Optimistic(Duration::from_millis(5)), 3);
+        d.p.await_durable = false;
         d.step(|p, cx| p.begin(cx, &cmd()));
         for from in [1, 2, 3] {
             d.step(|p, cx| p.on_reply(cx, early_reject(from)));
         }
         let a = d.step(|p, cx| p.on_timer(cx, WAIT_TIMER));
         assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })), "{a:?}");
+    }
+
+    #[test]
+    fn optimistic_awaits_the_durable_rejects_once_everyone_refused() {
+        let wait = Duration::from_millis(5);
+        let mut d = Drive::new(Ambivalence::Optimistic(wait), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        for from in [1, 2, 3] {
+            d.step(|p, cx| p.on_reply(cx, early_reject(from)));
+        }
+        d.step(|p, cx| p.on_reply(cx, reject(2)));
+        // The wait ends with all three refused, one durably: wait for the other two.
+        let a = d.step(|p, cx| p.on_timer(cx, WAIT_TIMER));
+        assert!(finished(&a).is_none(), "{a:?}");
+        let attempt = RetryTimes::default().attempt_timeout;
+        assert!(a.contains(&ClientAction::SetTimer { id: WAIT_TIMER, after: attempt }), "{a:?}");
+        d.step(|p, cx| p.on_reply(cx, reject(1)));
+        let a = d.step(|p, cx| p.on_reply(cx, reject(3)));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: true, .. })), "{a:?}");
+
+        // A durable REJECT that never comes (its replica crashed): ambivalent after the
+        // extra wait, once.
+        let mut d = Drive::new(Ambivalence::Optimistic(wait), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        for from in [1, 2, 3] {
+            d.step(|p, cx| p.on_reply(cx, early_reject(from)));
+        }
+        assert!(finished(&d.step(|p, cx| p.on_timer(cx, WAIT_TIMER))).is_none());
+        let a = d.step(|p, cx| p.on_timer(cx, WAIT_TIMER));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })), "{a:?}");
+
+        // Only n − f refused when the wait ends: ambivalent at once, as before.
+        let mut d = Drive::new(Ambivalence::Optimistic(wait), 3);
+        d.step(|p, cx| p.begin(cx, &cmd()));
+        d.step(|p, cx| p.on_reply(cx, early_reject(1)));
+        d.step(|p, cx| p.on_reply(cx, reject(2)));
+        let a = d.step(|p, cx| p.on_timer(cx, WAIT_TIMER));
+        assert!(matches!(finished(&a), Some(Outcome::Rejected { definitive: false, .. })), "{a:?}");
+    }
+
+    #[test]
+    fn options_choose_the_mode() {
+        let cfg = |opts: &[(&str, &str)]| ClientConfig {
+            retry: RetryTimes::default(),
+            options: opts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        let run = |opts: &[(&str, &str)], replies: Vec<Reply>, timer: bool| {
+            let (members, mut rng, mut actions) = (vec![1, 2, 3], rng_from_seed(1), Vec::new());
+            let mut p = client(&cfg(opts));
+            {
+                let mut cx = ClientCtx::new(synod_core::Time::ZERO, &mut rng, &members, 0, &mut actions);
+                p.begin(&mut cx, &cmd());
+                for r in replies {
+                    p.on_reply(&mut cx, r);
+                }
+                if timer {
+                    p.on_timer(&mut cx, WAIT_TIMER);
+                }
+            }
+            finished(&actions).cloned()
+        };
+        // Pessimistic: two early rejects of three end the request.
+        let two = || vec![early_reject(1), early_reject(2)];
+        assert!(matches!(run(&[("ambivalence", "pessimistic")], two(), false), Some(Outcome::Rejected { .. })));
+        assert_eq!(run(&[], two(), false), None, "optimistic by default");
+        let three = || vec![early_reject(1), early_reject(2), early_reject(3)];
+        assert_eq!(run(&[], three(), true), None, "awaits the durable rejects by default");
+        let off = run(&[("await_durable", "false")], three(), true);
+        assert!(matches!(off, Some(Outcome::Rejected { definitive: false, .. })), "{off:?}");
     }
 }
