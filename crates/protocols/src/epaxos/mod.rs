@@ -160,7 +160,7 @@ pub enum FastQuorum {
 /// has N − 1 replicas, and at least a majority (N = 2: both). No TryPreAccept then.
 pub(crate) fn fast_quorum_size(n: usize, rule: FastQuorum) -> (usize, bool) {
     let f = n.saturating_sub(1) / 2;
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         return ((n - 1).max(n / 2 + 1), false);
     }
     let optimized = f + f.div_ceil(2); // F + floor((F+1)/2)
