@@ -121,14 +121,3 @@ fn chain_seed_1000576_a_truncating_node_is_untrusted_until_it_caught_up() {
     let (ops, _) = check_seeds("chain", 1_000_576..1_000_577, 5, FaultSet::all());
     assert!(ops > 0);
 }
-
-/// Chain replication with crash-wipe, seed 0: a replica restarted with an empty disk starts
-/// like a bootstrap (trusted, epoch 1), learned the chain, became head and sequenced new
-/// updates at positions already committed. Peers' `Alive`/`Decided` now carry their stable
-/// point; a replica holding less is untrusted, and an untrusted head is dropped from the chain.
-#[test]
-fn chain_seed_0_crash_wipe_a_wiped_node_is_not_trusted() {
-    let faults = FaultSet::parse("all,crash-wipe").unwrap();
-    let (ops, _) = check_seeds("chain", 0..1, 3, faults);
-    assert!(ops > 0);
-}
