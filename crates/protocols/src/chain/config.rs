@@ -182,12 +182,6 @@ impl Chain {
                 chain.push(j);
             }
         }
-        // Nothing to change, unless an instance was left unfinished (a value accepted by
-        // some, chosen or not): run it to the end, Paxos keeps whatever may be chosen.
-        let unfinished = self.accepted_pending() || !self.pending_reports.is_empty();
-        if chain == self.cfg.chain && !unfinished {
-            return;
-        }
         // Only a node whose history is a consistent copy may become head (a rejoined node
         // that has not been brought in sync yet may hold updates it sequenced as an old head,
         // a wiped one lacks committed ones). An untrusted head is dropped from the chain
@@ -195,6 +189,12 @@ impl Chain {
         let trusted = |m: NodeId| if m == self.me { self.trusted } else { !self.untrusted_reports.contains(&m) };
         while chain.len() > 1 && !trusted(chain[0]) {
             chain.remove(0);
+        }
+        // Nothing to change, unless an instance was left unfinished (a value accepted by
+        // some, chosen or not): run it to the end, Paxos keeps whatever may be chosen.
+        let unfinished = self.accepted_pending() || !self.pending_reports.is_empty();
+        if chain == self.cfg.chain && !unfinished {
+            return;
         }
         if !trusted(chain[0]) {
             return;
