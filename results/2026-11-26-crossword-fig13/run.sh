@@ -4,11 +4,13 @@
 # Each group is a `synod local` cluster (5 processes); the 5 groups run side by side on this
 # machine (25 replica processes). Link emulation per process (see README: what differs).
 # Usage (repository root): results/2026-11-26-crossword-fig13/run.sh [PROTOCOL...]
-# Env: SYNOD (binary), CLIENTS (sweep, default 5,15,40), DURATION (default 8s),
+# Env: ROUND (outputs go to r$ROUND/, default 1), SYNOD (binary), CLIENTS (sweep, default 5,15,40), DURATION (default 8s),
 #      MBIT (egress per replica process, default 6.25 = the paper's 1 Gbps/32 host NIC split
 #      over the host's 5 processes), BASE (first base port, default 22000).
 set -u
 dir=results/2026-11-26-crossword-fig13
+out=$dir/r${ROUND:-1}
+mkdir -p "$out"
 synod=${SYNOD:-target/release/synod}
 clients=${CLIENTS:-5,15,40}
 duration=${DURATION:-8s}
@@ -48,12 +50,12 @@ for p in $protocols; do
   echo "$(date -u +%T) $p: $(uptime)" | tee -a $dir/load.txt
   $synod bench --target "$p:synod=$target" -w a --mix update=1.0 --distribution zipfian --records 1000 \
     --value-size "$sizes" --sweep "clients=$clients" -d "$duration" --warmup 2s --op-timeout 10s \
-    --no-plots -o "$dir/$p" > "$dir/bench-$p.txt" 2>&1
+    --no-plots -o "$out/$p" > "$out/bench-$p.txt" 2>&1
   echo "$(date -u +%T) $p done: $(uptime)" | tee -a $dir/load.txt
   for g in 0 1 2 3 4; do  # where each group's leader (chain: head) ended up
     eps=$(for i in 1 2 3 4 5; do printf '127.0.0.1:%d,' $((base + 10 * g + 100 + i)); done)
     echo "group $g"; $synod ctl --endpoints "${eps%,}" status
-  done > "$dir/status-$p.txt" 2>&1
+  done > "$out/status-$p.txt" 2>&1
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   wait
 done

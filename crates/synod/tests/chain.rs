@@ -69,7 +69,6 @@ async fn view(file: &ClusterFile, id: u32) -> Option<(u64, Vec<u32>, bool, u64)>
 async fn wait_chain(dir: &Path, up: &[u32], what: &str, want: impl Fn(&[u32]) -> bool) -> Vec<u32> {
     let start = Instant::now();
     let file = cluster(dir);
-    let mut last = Vec::new();
     loop {
         let mut views = Vec::new();
         for &id in up {
@@ -80,8 +79,7 @@ async fn wait_chain(dir: &Path, up: &[u32], what: &str, want: impl Fn(&[u32]) ->
                 return chain.clone();
             }
         }
-        last = views;
-        assert!(start.elapsed() < PATIENCE, "{what}: no such chain within {PATIENCE:?}; last views {last:?}");
+        assert!(start.elapsed() < PATIENCE, "{what}: no such chain within {PATIENCE:?}; last views {views:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -39,7 +39,14 @@ impl Chain {
         ctx.set_timer(TIMER_TICK, self.heartbeat);
         let suspects = self.suspects(ctx.now);
         let pending = self.accepted_pending();
-        let alive = Msg::Alive { epoch: self.cfg.epoch, suspects, pending, trusted: self.trusted, stable: self.stable };
+        let alive = Msg::Alive {
+            epoch: self.cfg.epoch,
+            suspects,
+            pending,
+            trusted: self.trusted,
+            stable: self.stable,
+            have: self.last,
+        };
         ctx.broadcast(&alive);
         self.repair_tick(ctx);
         self.lease_tick(ctx);
@@ -87,16 +94,31 @@ impl Chain {
         if epoch > self.cfg.epoch {
             ctx.send(from, &Msg::ConfigReq);
         } else if epoch < self.cfg.epoch {
-            ctx.send(from, &Msg::Decided { cfg: self.cfg.clone(), stable: self.stable });
+            ctx.send(from, &Msg::Decided { cfg: self.cfg.clone(), stable: self.stable, have: self.last });
         }
         self.reports.insert(from, (epoch, suspects));
     }
 
-    /// A peer's `Alive` says update `stable` was processed by a tail. Every trusted node
-    /// holds every such update; if this one does not, it lost its disk (a restart with an
-    /// empty data directory starts like a bootstrap, trusted at epoch 1) and is not trusted:
-    /// it must not become head, and rejoins at the tail with a state transfer.
-    pub(super) fn check_committed(&mut self, ctx: &mut Ctx<'_>, stable: u64) {
+    /// A peer's `Alive` or `Decided`: its epoch, the highest update it knows a tail
+    /// processed (`stable`) and the highest it holds (`have`).
+    ///
+    /// A restart with an empty data directory looks like a bootstrap (trusted, epoch 1). The
+    /// first peer heard from tells them apart: past the bootstrap (it is in a later epoch or
+    /// holds an update) this replica lost its disk and is not trusted — it must not be head
+    /// (it would sequence updates at committed positions) and rejoins at the tail with a
+    /// state transfer. Until it has heard from a peer, a fresh head sequences nothing.
+    /// Later, every trusted node holds every update a tail processed; one that does not
+    /// (`stable` above its `last`) is not trusted either.
+    pub(super) fn check_committed(&mut self, ctx: &mut Ctx<'_>, epoch: u64, stable: u64, have: u64) {
+        if self.fresh {
+            self.fresh = false;
+            if epoch > 1 || have > 0 {
+                self.set_trusted(ctx, false);
+            }
+            if self.is_head() {
+                self.synced = self.trusted;
+            }
+        }
         if stable > self.last && self.trusted {
             self.set_trusted(ctx, false);
         }
@@ -160,12 +182,6 @@ impl Chain {
                 chain.push(j);
             }
         }
-        // Nothing to change, unless an instance was left unfinished (a value accepted by
-        // some, chosen or not): run it to the end, Paxos keeps whatever may be chosen.
-        let unfinished = self.accepted_pending() || !self.pending_reports.is_empty();
-        if chain == self.cfg.chain && !unfinished {
-            return;
-        }
         // Only a node whose history is a consistent copy may become head (a rejoined node
         // that has not been brought in sync yet may hold updates it sequenced as an old head,
         // a wiped one lacks committed ones). An untrusted head is dropped from the chain
@@ -173,6 +189,12 @@ impl Chain {
         let trusted = |m: NodeId| if m == self.me { self.trusted } else { !self.untrusted_reports.contains(&m) };
         while chain.len() > 1 && !trusted(chain[0]) {
             chain.remove(0);
+        }
+        // Nothing to change, unless an instance was left unfinished (a value accepted by
+        // some, chosen or not): run it to the end, Paxos keeps whatever may be chosen.
+        let unfinished = self.accepted_pending() || !self.pending_reports.is_empty();
+        if chain == self.cfg.chain && !unfinished {
+            return;
         }
         if !trusted(chain[0]) {
             return;
@@ -203,7 +225,7 @@ impl Chain {
     pub(super) fn on_prepare(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, epoch: u64) {
         if epoch <= self.cfg.epoch {
             let cfg = self.cfg.clone();
-            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable });
+            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable, have: self.last });
             return;
         }
         if epoch > self.cfg.epoch + 1 {
@@ -226,7 +248,7 @@ impl Chain {
     pub(super) fn on_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, cfg: Config) {
         if cfg.epoch <= self.cfg.epoch {
             let cfg = self.cfg.clone();
-            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable });
+            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable, have: self.last });
             return;
         }
         if cfg.epoch > self.cfg.epoch + 1 || !cfg.well_formed(&self.members) {
@@ -295,7 +317,7 @@ impl Chain {
         }
         // Chosen.
         self.proposal = None;
-        ctx.broadcast(&Msg::Decided { cfg: value.clone(), stable: self.stable });
+        ctx.broadcast(&Msg::Decided { cfg: value.clone(), stable: self.stable, have: self.last });
         self.learn(ctx, value);
     }
 

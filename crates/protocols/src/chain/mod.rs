@@ -148,6 +148,10 @@ pub struct Chain {
     /// ones — until a predecessor reset it and it holds all the predecessor held then. Only
     /// a trusted node may become head.
     trusted: bool,
+    /// Started with an empty disk and not yet heard from a peer: a bootstrap or a wiped
+    /// disk, which only the peers' state tells apart (config.rs, `check_committed`). A fresh
+    /// head sequences nothing.
+    fresh: bool,
     /// Replicas whose last `Alive` said they are not trusted.
     untrusted_reports: std::collections::BTreeSet<NodeId>,
     /// What the predecessor held when it brought us in sync: queries wait for it.
@@ -233,6 +237,7 @@ impl Chain {
             synced: false,
             catchup_to: 0,
             trusted: true,
+            fresh: true,
             untrusted_reports: Default::default(),
             succ_synced: false,
             succ_have: 0,
@@ -311,16 +316,16 @@ impl Chain {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::Alive { epoch, suspects, pending, trusted, stable } => {
-                self.check_committed(ctx, stable);
+            Msg::Alive { epoch, suspects, pending, trusted, stable, have } => {
+                self.check_committed(ctx, epoch, stable, have);
                 self.on_alive(ctx, from, epoch, suspects, pending, trusted)
             }
             Msg::ConfigReq => {
                 let cfg = self.cfg.clone();
-                ctx.send(from, &Msg::Decided { cfg, stable: self.stable });
+                ctx.send(from, &Msg::Decided { cfg, stable: self.stable, have: self.last });
             }
-            Msg::Decided { cfg, stable } => {
-                self.check_committed(ctx, stable);
+            Msg::Decided { cfg, stable, have } => {
+                self.check_committed(ctx, cfg.epoch, stable, have);
                 self.learn(ctx, cfg)
             }
             Msg::Prepare { ballot, epoch } => self.on_prepare(ctx, from, ballot, epoch),
@@ -360,7 +365,7 @@ impl Chain {
             ctx.send(from, &Msg::ConfigReq);
         } else if epoch < self.cfg.epoch {
             let cfg = self.cfg.clone();
-            ctx.send(from, &Msg::Decided { cfg, stable: self.stable });
+            ctx.send(from, &Msg::Decided { cfg, stable: self.stable, have: self.last });
         }
         epoch == self.cfg.epoch
     }
@@ -378,6 +383,7 @@ impl Protocol for Chain {
     fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
         self.started = ctx.now;
         self.installed_at = ctx.now;
+        self.fresh = records.is_empty();
         for bytes in records {
             let Ok(rec) = decode::<Record>(&bytes) else { continue };
             match rec {
@@ -435,7 +441,7 @@ impl Protocol for Chain {
         self.stable_persisted = self.stable;
         // A restarted replica may have granted a lease it no longer remembers.
         self.grantor = Grantor::after_restart(ctx.now, &self.lease);
-        self.synced = self.is_head() && self.trusted;
+        self.synced = self.is_head() && self.trusted && !self.fresh;
         ctx.set_timer(TIMER_TICK, self.heartbeat);
     }
 
