@@ -71,8 +71,8 @@
 //!   state machine and compacts its WAL to the snapshot plus the log after it; the log is
 //!   trimmed only below the *stable* point — the smallest sync-point of all replicas in the
 //!   leader's view, announced with the commit-point — so no replica ever needs a trimmed
-//!   entry from another (view changes and fetches carry the log after each replica's trim
-//!   point). A replica that stays away keeps the others from trimming; a replica whose disk
+//!   entry from another (fetches carry the log after the trim point; view changes only the
+//!   log after the commit-point, §7.3, see [`view`]). A replica that stays away keeps the others from trimming; a replica whose disk
 //!   is wiped cannot rejoin (that needs snapshot transfer, not implemented).
 //!
 //! Not yet: proxies as separate processes, snapshot transfer, the diskless mode,
