@@ -71,8 +71,8 @@
 //!   state machine and compacts its WAL to the snapshot plus the log after it; the log is
 //!   trimmed only below the *stable* point — the smallest sync-point of all replicas in the
 //!   leader's view, announced with the commit-point — so no replica ever needs a trimmed
-//!   entry from another (view changes and fetches carry the log after each replica's trim
-//!   point). A replica that stays away keeps the others from trimming; a replica whose disk
+//!   entry from another (fetches carry the log after the trim point; view changes only the
+//!   log after the commit-point, §7.3, see [`view`]). A replica that stays away keeps the others from trimming; a replica whose disk
 //!   is wiped cannot rejoin (that needs snapshot transfer, not implemented).
 //!
 //! Not yet: proxies as separate processes, snapshot transfer, the diskless mode,
@@ -191,8 +191,10 @@ enum Mode {
 #[derive(Clone, Debug)]
 struct Dvc {
     last_normal: u64,
-    /// `log` holds the positions after `base`.
+    /// `log` holds the positions after `base` (the sender's commit-point or the new
+    /// leader's, at least the sender's trim point `trim`).
     base: u64,
+    trim: u64,
     sync_point: u64,
     commit: u64,
     log: Vec<Entry>,
@@ -278,6 +280,10 @@ pub struct Nezha {
     ticks: u64,
     /// The tick of the last DoViewChange resent.
     dvc_tick: u64,
+    /// The commit-point the leader of this view announced in its ViewChange (the others
+    /// send it their logs from there on), and the base of this replica's last DoViewChange.
+    leader_committed: Option<u64>,
+    dvc_base_sent: u64,
 
     /// Clients waiting here for a request's execution.
     waiting: HashMap<ReqId, ClientRef>,
@@ -348,6 +354,8 @@ impl Nezha {
             vc_started: Time::ZERO,
             ticks: 0,
             dvc_tick: 0,
+            leader_committed: None,
+            dvc_base_sent: 0,
             waiting: HashMap::new(),
             proxied: HashMap::new(),
             fast_replies: BTreeMap::new(),
@@ -361,6 +369,12 @@ impl Nezha {
     /// The log's last position.
     fn len(&self) -> u64 {
         self.base + self.log.len() as u64
+    }
+
+    /// The log is committed up to here (its trim point, or the commit-point as far as the
+    /// log reaches): these positions hold the same entries on every replica, in every view.
+    fn committed_point(&self) -> u64 {
+        self.base.max(self.commit.min(self.len()))
     }
 
     /// Where position `i` (> base) sits in `log`.
@@ -560,12 +574,12 @@ impl Nezha {
             Msg::Fetch { view, from: index } => self.on_fetch(ctx, from, view, index),
             Msg::Entries { view, start, entries, commit } => self.on_entries(ctx, from, view, start, entries, commit),
             Msg::LogStatus { view, sync_point } => self.on_log_status(ctx, from, view, sync_point),
-            Msg::ViewChange { view } => self.on_view_change(ctx, from, view),
-            Msg::DoViewChange { view, last_normal, sync_point, commit, base, log } => {
-                self.on_do_view_change(ctx, from, view, Dvc { last_normal, base, sync_point, commit, log })
+            Msg::ViewChange { view, committed } => self.on_view_change(ctx, from, view, committed),
+            Msg::DoViewChange { view, last_normal, sync_point, commit, base, trim, log } => {
+                self.on_do_view_change(ctx, from, view, Dvc { last_normal, base, trim, sync_point, commit, log })
             }
             Msg::StartView { view, base, log, commit } => self.on_start_view(ctx, from, view, base, log, commit),
-            Msg::NeedView { view } => self.on_need_view(ctx, from, view),
+            Msg::NeedView { view, committed } => self.on_need_view(ctx, from, view, committed),
         }
     }
 }
@@ -758,15 +772,15 @@ impl Protocol for Nezha {
                 format!("Entries v={view} start={start} n={} commit={commit}", entries.len())
             }
             Ok(Msg::LogStatus { view, sync_point }) => format!("LogStatus v={view} sync={sync_point}"),
-            Ok(Msg::ViewChange { view }) => format!("ViewChange v={view}"),
-            Ok(Msg::DoViewChange { view, last_normal, sync_point, commit, base, log }) => format!(
-                "DoViewChange v={view} last_normal={last_normal} sync={sync_point} commit={commit} base={base} log={}",
+            Ok(Msg::ViewChange { view, committed }) => format!("ViewChange v={view} committed={committed}"),
+            Ok(Msg::DoViewChange { view, last_normal, sync_point, commit, base, trim, log }) => format!(
+                "DoViewChange v={view} last_normal={last_normal} sync={sync_point} commit={commit} base={base} trim={trim} log={}",
                 log.len()
             ),
             Ok(Msg::StartView { view, base, log, commit }) => {
                 format!("StartView v={view} base={base} log={} commit={commit}", log.len())
             }
-            Ok(Msg::NeedView { view }) => format!("NeedView v={view}"),
+            Ok(Msg::NeedView { view, committed }) => format!("NeedView v={view} committed={committed}"),
             Err(_) => format!("<{} undecodable bytes>", msg.len()),
         }
     }

@@ -57,14 +57,21 @@ pub enum Msg {
     /// §5.2 *log-status*: a follower's sync-point.
     LogStatus { view: u64, sync_point: u64 },
     /// §6: a replica suspects the leader of `view - 1` (or earlier) and moves to `view`.
-    ViewChange { view: u64 },
+    /// `committed`: the sender's log is committed up to here (§7.3: a view change moves
+    /// only the log after the commit-point; from the view's leader it tells the others from
+    /// where to send their logs, from the others where the leader's StartView may start).
+    ViewChange { view: u64, committed: u64 },
     /// §6: a replica's state for the new leader of `view`.
-    /// `log` holds the entries after `base` (synced ones first, then released ones).
-    DoViewChange { view: u64, last_normal: u64, sync_point: u64, commit: u64, base: u64, log: Vec<Entry> },
-    /// §6: the new leader's recovered log after `base`; followers replace theirs with it.
+    /// `log` holds the entries after `base` (synced ones first, then released ones): `base`
+    /// is the sender's commit-point (or the new leader's, if lower), at least its trim point
+    /// `trim`; the log up to `base` is committed (§7.3).
+    DoViewChange { view: u64, last_normal: u64, sync_point: u64, commit: u64, base: u64, trim: u64, log: Vec<Entry> },
+    /// §6: the new leader's recovered log after `base` (the receiver's commit-point, or the
+    /// leader's trim point); followers replace theirs with it.
     StartView { view: u64, base: u64, log: Vec<Entry>, commit: u64 },
-    /// A replica heard a leader of a view it has not started: it asks for its StartView.
-    NeedView { view: u64 },
+    /// A replica heard a leader of a view it has not started: it asks for its StartView
+    /// (from its commit-point `committed` on).
+    NeedView { view: u64, committed: u64 },
 }
 
 /// Durable records (the disk-based mode of §8.8: persisted before the replica answers).

@@ -258,7 +258,7 @@ impl Nezha {
     /// commit-point (§5.4, "in the background").
     pub(super) fn on_log_status(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64, sync_point: u64) {
         if view > self.view {
-            ctx.send(self.leader_of(view), &Msg::NeedView { view });
+            ctx.send(self.leader_of(view), &Msg::NeedView { view, committed: self.committed_point() });
             return;
         }
         if view < self.view || !self.is_leader() || self.mode != Mode::Normal {
@@ -315,7 +315,7 @@ impl Nezha {
     /// newer view it missed is asked for).
     fn check_leader(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64) -> bool {
         if view > self.view {
-            ctx.send(from, &Msg::NeedView { view });
+            ctx.send(from, &Msg::NeedView { view, committed: self.committed_point() });
             return false;
         }
         if view < self.view || self.mode != Mode::Normal || self.is_leader() || from != self.leader_of(view) {

@@ -176,12 +176,13 @@ fn the_set_hash_is_order_free_and_per_key_with_commutativity() {
 fn the_new_leader_keeps_the_longest_synced_prefix_and_entries_on_a_majority_of_the_rest() {
     let e = |d: u64, c: u64| Entry { deadline: d, cmd: cmd(c, 1, put("k", "v")) };
     // f = 2: five replicas, three answer; entries beyond the prefix need ⌈f/2⌉ + 1 = 2.
-    let dvc = |last_normal, sync_point, log: Vec<Entry>| Dvc { last_normal, base: 0, sync_point, commit: 0, log };
+    let dvc =
+        |last_normal, sync_point, log: Vec<Entry>| Dvc { last_normal, base: 0, trim: 0, sync_point, commit: 0, log };
     let mut dvcs = BTreeMap::new();
     dvcs.insert(1, dvc(3, 2, vec![e(1, 1), e(2, 2), e(5, 5), e(6, 6)]));
     dvcs.insert(2, dvc(3, 1, vec![e(1, 1), e(6, 6), e(7, 7)]));
     dvcs.insert(3, dvc(2, 4, vec![e(1, 1), e(9, 9), e(10, 10), e(11, 11)]));
-    let (base, log) = view::rebuild_log(&dvcs, 2);
+    let (base, log) = view::rebuild_log(&dvcs, 2, Default::default());
     assert_eq!(base, 0);
     let clients: Vec<u64> = log.iter().map(|e| e.cmd.client).collect();
     // Replica 3's older view does not count; 6 is on two qualified replicas, 5 and 7 on one.
@@ -287,5 +288,96 @@ fn a_new_view_answers_the_proxies_of_the_requests_it_kept() {
         Some(&ReplyBody::NotLeader { leader: Some(2) }),
         "the request the new log lacks: its proxy is pointed to the new leader"
     );
+    net.assert_agreement();
+}
+
+/// The largest log a DoViewChange and a StartView carried (`(dvc, start_view, count)`),
+/// recorded by the test network's drop filter; `cut` drops the links given.
+type Sizes = std::rc::Rc<std::cell::RefCell<(usize, usize, usize)>>;
+
+fn record_view_change_sizes(net: &mut Net, sizes: &Sizes, cut: Vec<(NodeId, NodeId)>) {
+    let sizes = sizes.clone();
+    net.drop = Box::new(move |from, to, m| {
+        match synod_core::protocol::decode::<Msg>(m) {
+            Ok(Msg::DoViewChange { log, .. }) => {
+                let mut s = sizes.borrow_mut();
+                s.0 = s.0.max(log.len());
+                s.2 += 1;
+            }
+            Ok(Msg::StartView { log, .. }) => {
+                let mut s = sizes.borrow_mut();
+                s.1 = s.1.max(log.len());
+            }
+            _ => {}
+        }
+        cut.iter().any(|&(a, b)| (a, b) == (from, to) || (b, a) == (from, to))
+    });
+}
+
+/// Issue 18: a view change moves the log after the commit-point (§7.3), not the whole log
+/// since the last checkpoint. 40 committed requests, no checkpoint (snapshot_every at its
+/// default 10,000): the leader fails and the DoViewChanges and StartViews carry only the
+/// uncommitted suffix (nothing here), where they carried all 40 entries before.
+#[test]
+fn view_change_messages_carry_only_the_log_after_the_commit_point() {
+    let mut net = net(3);
+    for i in 0..40 {
+        net.request(1 + (i % 3) as NodeId, 400 + i, 1, put(&format!("v{}", i % 5), &format!("{i}")));
+        net.run_for(Duration::from_millis(20));
+    }
+    net.run_for(Duration::from_millis(300));
+    for id in 1..=3 {
+        assert_eq!(net.executed(id), 40, "n{id}");
+        assert_eq!(extra(&net, id, "log_base"), 0, "no checkpoint: the log holds all 40 entries");
+    }
+    let sizes: Sizes = Default::default();
+    record_view_change_sizes(&mut net, &sizes, vec![]);
+    net.crash(1);
+    net.run_for(Duration::from_millis(1500));
+    assert_eq!(net.leader(), Some(2));
+    let (dvc, start_view, dvcs) = *sizes.borrow();
+    assert!(dvcs >= 1, "a DoViewChange was sent");
+    assert_eq!(dvc, 0, "DoViewChange: the log after the commit-point only");
+    assert_eq!(start_view, 0, "StartView: the log after the receiver's commit-point only");
+    net.request(3, 500, 1, get("v4"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(500, 1), Some(&value("39")));
+    net.restart(1);
+    net.run_for(Duration::from_millis(1000));
+    assert_eq!(net.executed(1), 41);
+    net.assert_agreement();
+}
+
+/// A new leader that lacks committed entries (it was cut off while the others committed
+/// them) gets them in the DoViewChanges it asks for with its commit-point: the entries after
+/// its commit-point, not the others' whole logs.
+#[test]
+fn a_lagging_new_leader_gets_the_committed_entries_it_lacks() {
+    let mut net = net(3);
+    for i in 0..10 {
+        net.request(1, 600 + i, 1, put("w", &format!("{i}")));
+        net.run_for(Duration::from_millis(20));
+    }
+    net.run_for(Duration::from_millis(200));
+    // Replica 2 (view 1's leader) is cut off for less than an election timeout; 1 and 3
+    // commit 20 more.
+    net.cut(&[(1, 2), (2, 3)]);
+    for i in 10..30 {
+        net.request(1, 600 + i, 1, put("w", &format!("{i}")));
+        net.run_for(Duration::from_millis(3));
+    }
+    net.run_for(Duration::from_millis(20));
+    assert!(net.executed(3) >= 30 && net.executed(2) < 30, "replica 2 lags");
+    let sizes: Sizes = Default::default();
+    record_view_change_sizes(&mut net, &sizes, vec![]);
+    net.crash(1);
+    net.run_for(Duration::from_millis(3000));
+    let leader = net.leader().expect("a leader");
+    net.request(leader, 700, 1, get("w"));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.reply_for(700, 1), Some(&value("29")));
+    assert_eq!(net.executed(2), net.executed(3));
+    let (dvc, _, _) = *sizes.borrow();
+    assert!(dvc <= 30, "no DoViewChange carried more than the lagging leader lacked: {dvc}");
     net.assert_agreement();
 }

@@ -11,7 +11,15 @@
 //!    have committed: f + ⌈f/2⌉ + 1 replicas meet any f + 1 in ⌈f/2⌉ + 1), sorted by
 //!    deadline;
 //!
-//! then distributes it (`StartView`) and is NORMAL again. Followers replace their logs; what
+//! then distributes it (`StartView`) and is NORMAL again.
+//!
+//! Only the log after the commit-point moves (§7.3: "the new leader only needs to recover
+//! … the requests from its commit-point onwards"): the log up to a replica's commit-point is
+//! committed, the same on every replica, so a DoViewChange carries the entries after the
+//! sender's commit-point — or after the new leader's, announced in its ViewChange, if that
+//! is lower — and a StartView the entries after the receiver's. A view change then moves
+//! the uncommitted suffix, not the log since the last checkpoint (which under load took
+//! longer than the election timeout to send and handle, and views changed without end). Followers replace their logs; what
 //! they held that the new log lacks goes to their late-buffer. Everything is persisted
 //! before it is sent (the disk-based mode), so a restarted replica keeps its promises.
 
@@ -34,6 +42,7 @@ impl Nezha {
         self.mode = Mode::ViewChange;
         self.vc_started = ctx.now;
         self.dvcs.clear();
+        self.leader_committed = None;
         self.peer_sync.clear();
         self.pending_mods.clear();
         self.leader_len = 0;
@@ -42,45 +51,65 @@ impl Nezha {
             std::time::Duration::from_millis(self.params.election_timeout_max_ms),
         );
         self.persist(ctx, vec![Record::View { view, last_normal: self.last_normal }]);
-        ctx.broadcast(&Msg::ViewChange { view });
+        ctx.broadcast(&Msg::ViewChange { view, committed: self.committed_point() });
         self.send_dvc(ctx);
     }
 
-    /// This replica's DoViewChange: its log (synced entries first, then the released ones),
-    /// its sync-point and last-normal-view.
+    /// Where this replica's DoViewChange starts: its commit-point, or the new leader's if
+    /// that is lower (the leader needs the committed entries it lacks), never below the
+    /// trim point.
+    fn dvc_base(&self) -> u64 {
+        let own = self.committed_point();
+        self.base.max(own.min(self.leader_committed.unwrap_or(own)))
+    }
+
+    /// This replica's DoViewChange: its log after `dvc_base` (synced entries first, then the
+    /// released ones), its sync-point and last-normal-view.
     fn own_dvc(&self) -> Dvc {
-        let mut log = self.log.clone();
+        let base = self.dvc_base();
+        let mut log = self.log[(base - self.base) as usize..].to_vec();
         log.extend(self.unsynced.iter().map(|(id, cmd)| Entry { deadline: id.deadline, cmd: cmd.clone() }));
-        Dvc { last_normal: self.last_normal, base: self.base, sync_point: self.len(), commit: self.commit, log }
+        Dvc { last_normal: self.last_normal, base, trim: self.base, sync_point: self.len(), commit: self.commit, log }
     }
 
     fn send_dvc(&mut self, ctx: &mut Ctx<'_>) {
         let leader = self.leader_of(self.view);
         let dvc = self.own_dvc();
+        self.dvc_base_sent = dvc.base;
         if leader == self.id {
             self.dvcs.insert(self.id, dvc);
             self.try_finish_view_change(ctx);
         } else {
-            let Dvc { last_normal, base, sync_point, commit, log } = dvc;
-            ctx.send(leader, &Msg::DoViewChange { view: self.view, last_normal, sync_point, commit, base, log });
+            let Dvc { last_normal, base, trim, sync_point, commit, log } = dvc;
+            ctx.send(leader, &Msg::DoViewChange { view: self.view, last_normal, sync_point, commit, base, trim, log });
         }
     }
 
     pub(super) fn view_change_tick(&mut self, ctx: &mut Ctx<'_>) {
         // Messages may be lost: repeat the announcement, and the state every few ticks.
-        ctx.broadcast(&Msg::ViewChange { view: self.view });
+        ctx.broadcast(&Msg::ViewChange { view: self.view, committed: self.committed_point() });
         if self.ticks >= self.dvc_tick + 3 && self.leader_of(self.view) != self.id {
             self.dvc_tick = self.ticks;
             self.send_dvc(ctx);
         }
     }
 
-    pub(super) fn on_view_change(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64) {
+    pub(super) fn on_view_change(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64, committed: u64) {
         if view > self.view {
             self.start_view_change(ctx, view);
         } else if view == self.view && self.mode == Mode::Normal && self.is_leader() {
             // The sender missed this view's start.
-            self.send_start_view(ctx, from);
+            self.send_start_view(ctx, from, Some(committed));
+            return;
+        }
+        if view == self.view && self.mode == Mode::ViewChange && from == self.leader_of(view) && !self.is_leader() {
+            // The new leader's commit-point: if it lacks committed entries this replica's
+            // DoViewChange left out, send them now.
+            self.leader_committed = Some(committed);
+            if self.dvc_base() < self.dvc_base_sent {
+                self.dvc_tick = self.ticks;
+                self.send_dvc(ctx);
+            }
         }
     }
 
@@ -96,7 +125,7 @@ impl Nezha {
                 self.dvcs.insert(from, dvc);
                 self.try_finish_view_change(ctx);
             }
-            Mode::Normal => self.send_start_view(ctx, from),
+            Mode::Normal => self.send_start_view(ctx, from, Some(dvc.base)),
         }
     }
 
@@ -105,18 +134,33 @@ impl Nezha {
         if self.mode != Mode::ViewChange || self.dvcs.len() < self.f() + 1 || !self.dvcs.contains_key(&self.id) {
             return;
         }
-        let (base, log) = rebuild_log(&self.dvcs, self.f());
+        let Some(best) = best_dvc(&self.dvcs) else { return };
+        // The rebuilt log starts at the chosen replica's base; this replica keeps its own log
+        // up to there, which it must hold and know committed (its commit-point), or which
+        // every replica synced (the chosen replica's trim point, §7.3's checkpoint). Else it
+        // waits for the DoViewChange from its commit-point on (its ViewChange, repeated every
+        // tick, asks for it).
+        let from = best.base;
+        if from > self.len() || (from > self.committed_point() && from > best.trim) {
+            return;
+        }
+        // The committed entries up to there are no candidates for the rest of the log.
+        let known: HashSet<LogId> =
+            self.log[..(from.max(self.base) - self.base) as usize].iter().map(|e| e.id()).collect();
+        let (base, log) = rebuild_log(&self.dvcs, self.f(), known);
         let commit = self.dvcs.values().map(|d| d.commit).max().unwrap_or(0).min(base + log.len() as u64);
         // What this replica held that the new log lacks is appended again below (the
         // leader's liveness duty for late requests, §5.4).
         let Some(leftovers) = self.install_log(ctx, base, log, commit) else { return };
+        // Each follower gets the log after the base of its DoViewChange (committed there).
+        let bases: HashMap<NodeId, u64> = self.dvcs.iter().map(|(&id, d)| (id, d.base)).collect();
         self.dvcs.clear();
         self.last_normal = self.view;
         self.mode = Mode::Normal;
         self.persist(ctx, vec![Record::View { view: self.view, last_normal: self.view }]);
         let peers: Vec<NodeId> = self.peers().collect();
         for p in peers {
-            self.send_start_view(ctx, p);
+            self.send_start_view(ctx, p, bases.get(&p).copied());
         }
         // The proxies waiting here (from before, as a follower) get the new view's answer:
         // the leader's reply of this view, which the followers' slow-replies to the
@@ -132,8 +176,12 @@ impl Nezha {
         self.execute(ctx);
     }
 
-    fn send_start_view(&self, ctx: &mut Ctx<'_>, to: NodeId) {
-        ctx.send(to, &Msg::StartView { view: self.view, base: self.base, log: self.log.clone(), commit: self.commit });
+    /// The StartView for a replica whose log is committed up to `committed` (if known):
+    /// this view's log after there (after the trim point at least).
+    fn send_start_view(&self, ctx: &mut Ctx<'_>, to: NodeId, committed: Option<u64>) {
+        let base = committed.map_or(self.base, |c| c.min(self.len()).max(self.base));
+        let log = self.log[(base - self.base) as usize..].to_vec();
+        ctx.send(to, &Msg::StartView { view: self.view, base, log, commit: self.commit });
     }
 
     pub(super) fn on_start_view(
@@ -181,9 +229,9 @@ impl Nezha {
         self.execute(ctx);
     }
 
-    pub(super) fn on_need_view(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64) {
+    pub(super) fn on_need_view(&mut self, ctx: &mut Ctx<'_>, from: NodeId, view: u64, committed: u64) {
         if view == self.view && self.mode == Mode::Normal && self.is_leader() {
-            self.send_start_view(ctx, from);
+            self.send_start_view(ctx, from, Some(committed));
         }
     }
 
@@ -236,18 +284,27 @@ impl Nezha {
     }
 }
 
+/// The DoViewChange whose synced prefix the new log keeps: the longest among those of the
+/// latest normal view (all synced prefixes of one view are prefixes of the view leader's
+/// log).
+pub(super) fn best_dvc(dvcs: &BTreeMap<NodeId, Dvc>) -> Option<&Dvc> {
+    let latest = dvcs.values().map(|d| d.last_normal).max()?;
+    dvcs.values().filter(|d| d.last_normal == latest).max_by_key(|d| d.sync_point)
+}
+
 /// The log rebuild of §6 over the DoViewChanges of f + 1 replicas: the entries after the
-/// returned base.
-pub(super) fn rebuild_log(dvcs: &BTreeMap<NodeId, Dvc>, f: usize) -> (u64, Vec<Entry>) {
-    let Some(latest) = dvcs.values().map(|d| d.last_normal).max() else { return (0, Vec::new()) };
+/// returned base (the base of [`best_dvc`]'s). `known`: log-ids of committed entries up to
+/// that base, which are not candidates for the rest.
+pub(super) fn rebuild_log(dvcs: &BTreeMap<NodeId, Dvc>, f: usize, known: HashSet<LogId>) -> (u64, Vec<Entry>) {
+    let Some(best) = best_dvc(dvcs) else { return (0, Vec::new()) };
+    let latest = best.last_normal;
     let qualified: Vec<&Dvc> = dvcs.values().filter(|d| d.last_normal == latest).collect();
     // The entries of a DoViewChange up to its sync-point, and after it.
     let split = |d: &Dvc| (d.sync_point.saturating_sub(d.base) as usize).min(d.log.len());
-    // (1) The longest synced prefix (all synced prefixes of one view are prefixes of the
-    // view leader's log).
-    let best = qualified.iter().max_by_key(|d| d.sync_point).expect("one qualified replica");
+    // (1) The longest synced prefix.
     let mut log: Vec<Entry> = best.log[..split(best)].to_vec();
-    let in_log: HashSet<LogId> = log.iter().map(|e| e.id()).collect();
+    let mut in_log = known;
+    in_log.extend(log.iter().map(|e| e.id()));
     // (2) Later entries on ⌈f/2⌉ + 1 qualified replicas, by deadline.
     let need = f.div_ceil(2) + 1;
     let mut count: HashMap<LogId, (usize, &Entry)> = HashMap::new();
