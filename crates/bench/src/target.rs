@@ -185,7 +185,15 @@ impl std::str::FromStr for TargetSpec {
         if !protocol_options.is_empty() && kind != TargetKind::Synod {
             return Err(format!("target `{s}`: protocol options are for synod targets only"));
         }
-        Ok(TargetSpec { label: label.to_string(), kind, endpoints, shards, tls_ca: None, password: None, protocol_options })
+        Ok(TargetSpec {
+            label: label.to_string(),
+            kind,
+            endpoints,
+            shards,
+            tls_ca: None,
+            password: None,
+            protocol_options,
+        })
     }
 }
 
