@@ -12,31 +12,12 @@ mod common;
 use common::PATIENCE;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use synod_client::{Client, ClientOptions};
 use synod_harness::cluster::ClusterFile;
 
 const SYNOD: &str = env!("CARGO_BIN_EXE_synod");
-
-/// `synod local` stopped (SIGTERM, then SIGKILL) when the test ends, however it ends.
-struct Local(Child);
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own, unreaped child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn fault(dir: &Path, args: &[&str]) -> String {
     let out = Command::new(SYNOD).arg("fault").arg("--cluster").arg(dir).args(args).output().expect("run synod fault");
@@ -153,7 +134,7 @@ async fn chain_repairs_itself_after_head_tail_middle_partition_and_wipe() {
             "election_timeout_min_ms=600",
         ],
     );
-    let _local = Local(local);
+    let _local = common::Local(local);
     let file = cluster(dir);
     let endpoints: Vec<String> = file.nodes.iter().map(|n| n.client_addr.to_string()).collect();
     let opts = ClientOptions {

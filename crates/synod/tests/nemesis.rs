@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -421,25 +421,6 @@ fn porcupine() -> &'static Path {
     })
 }
 
-/// `synod local` stopped (SIGTERM, then SIGKILL) when the test ends, however it ends.
-struct Local(Child);
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own, unreaped child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// What one run found.
 struct Outcome {
     history: History,
@@ -469,7 +450,7 @@ fn run_rounds(protocol: &str, extra: &[&str], rounds: u32) -> Outcome {
     let mut args = vec!["--nodes", &nodes_arg, "--protocol", protocol, "--fsync", "always"];
     args.extend_from_slice(extra);
     let (child, _file) = common::start_local(dir.path(), &args);
-    let _local = Local(child);
+    let _local = common::Local(child);
     let (_, cluster) = ClusterFile::load(dir.path()).unwrap();
     let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.client_addr.to_string()).collect();
     let resp: Vec<SocketAddr> = cluster

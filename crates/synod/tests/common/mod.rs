@@ -409,3 +409,22 @@ pub async fn resp_over_tls(addr: &str, ca: &std::path::Path, commands: &[u8], ex
     }
     String::from_utf8_lossy(&got).into_owned()
 }
+
+/// `synod local` stopped (SIGTERM, then SIGKILL) when the test ends, however it ends.
+pub struct Local(pub Child);
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own, unreaped child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
