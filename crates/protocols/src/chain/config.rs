@@ -39,15 +39,7 @@ impl Chain {
         ctx.set_timer(TIMER_TICK, self.heartbeat);
         let suspects = self.suspects(ctx.now);
         let pending = self.accepted_pending();
-        let alive = Msg::Alive {
-            epoch: self.cfg.epoch,
-            suspects,
-            pending,
-            trusted: self.trusted,
-            stable: self.stable,
-            have: self.last,
-        };
-        ctx.broadcast(&alive);
+        ctx.broadcast(&Msg::Alive { epoch: self.cfg.epoch, suspects, pending, trusted: self.trusted });
         self.repair_tick(ctx);
         self.lease_tick(ctx);
         self.maybe_propose(ctx);
@@ -94,34 +86,9 @@ impl Chain {
         if epoch > self.cfg.epoch {
             ctx.send(from, &Msg::ConfigReq);
         } else if epoch < self.cfg.epoch {
-            ctx.send(from, &Msg::Decided { cfg: self.cfg.clone(), stable: self.stable, have: self.last });
+            ctx.send(from, &Msg::Decided { cfg: self.cfg.clone() });
         }
         self.reports.insert(from, (epoch, suspects));
-    }
-
-    /// A peer's `Alive` or `Decided`: its epoch, the highest update it knows a tail
-    /// processed (`stable`) and the highest it holds (`have`).
-    ///
-    /// A restart with an empty data directory looks like a bootstrap (trusted, epoch 1). The
-    /// first peer heard from tells them apart: past the bootstrap (it is in a later epoch or
-    /// holds an update) this replica lost its disk and is not trusted — it must not be head
-    /// (it would sequence updates at committed positions) and rejoins at the tail with a
-    /// state transfer. Until it has heard from a peer, a fresh head sequences nothing.
-    /// Later, every trusted node holds every update a tail processed; one that does not
-    /// (`stable` above its `last`) is not trusted either.
-    pub(super) fn check_committed(&mut self, ctx: &mut Ctx<'_>, epoch: u64, stable: u64, have: u64) {
-        if self.fresh {
-            self.fresh = false;
-            if epoch > 1 || have > 0 {
-                self.set_trusted(ctx, false);
-            }
-            if self.is_head() {
-                self.synced = self.trusted;
-            }
-        }
-        if stable > self.last && self.trusted {
-            self.set_trusted(ctx, false);
-        }
     }
 
     /// A chosen configuration: install it if it is newer.
@@ -182,21 +149,17 @@ impl Chain {
                 chain.push(j);
             }
         }
-        // Only a node whose history is a consistent copy may become head (a rejoined node
-        // that has not been brought in sync yet may hold updates it sequenced as an old head,
-        // a wiped one lacks committed ones). An untrusted head is dropped from the chain
-        // (removing members is always safe) and rejoins at the tail later.
-        let trusted = |m: NodeId| if m == self.me { self.trusted } else { !self.untrusted_reports.contains(&m) };
-        while chain.len() > 1 && !trusted(chain[0]) {
-            chain.remove(0);
-        }
         // Nothing to change, unless an instance was left unfinished (a value accepted by
         // some, chosen or not): run it to the end, Paxos keeps whatever may be chosen.
         let unfinished = self.accepted_pending() || !self.pending_reports.is_empty();
         if chain == self.cfg.chain && !unfinished {
             return;
         }
-        if !trusted(chain[0]) {
+        // Only a node whose history is a consistent copy may become head (a rejoined node
+        // that has not been brought in sync yet may hold updates it sequenced as an old head).
+        let head = chain[0];
+        let head_trusted = if head == self.me { self.trusted } else { !self.untrusted_reports.contains(&head) };
+        if !head_trusted {
             return;
         }
         let want = Config { epoch: self.cfg.epoch + 1, chain };
@@ -225,7 +188,7 @@ impl Chain {
     pub(super) fn on_prepare(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, epoch: u64) {
         if epoch <= self.cfg.epoch {
             let cfg = self.cfg.clone();
-            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable, have: self.last });
+            self.send(ctx, from, Msg::Decided { cfg });
             return;
         }
         if epoch > self.cfg.epoch + 1 {
@@ -248,7 +211,7 @@ impl Chain {
     pub(super) fn on_accept(&mut self, ctx: &mut Ctx<'_>, from: NodeId, ballot: Ballot, cfg: Config) {
         if cfg.epoch <= self.cfg.epoch {
             let cfg = self.cfg.clone();
-            self.send(ctx, from, Msg::Decided { cfg, stable: self.stable, have: self.last });
+            self.send(ctx, from, Msg::Decided { cfg });
             return;
         }
         if cfg.epoch > self.cfg.epoch + 1 || !cfg.well_formed(&self.members) {
@@ -317,7 +280,7 @@ impl Chain {
         }
         // Chosen.
         self.proposal = None;
-        ctx.broadcast(&Msg::Decided { cfg: value.clone(), stable: self.stable, have: self.last });
+        ctx.broadcast(&Msg::Decided { cfg: value.clone() });
         self.learn(ctx, value);
     }
 

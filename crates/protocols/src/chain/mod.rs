@@ -148,10 +148,6 @@ pub struct Chain {
     /// ones — until a predecessor reset it and it holds all the predecessor held then. Only
     /// a trusted node may become head.
     trusted: bool,
-    /// Started with an empty disk and not yet heard from a peer: a bootstrap or a wiped
-    /// disk, which only the peers' state tells apart (config.rs, `check_committed`). A fresh
-    /// head sequences nothing.
-    fresh: bool,
     /// Replicas whose last `Alive` said they are not trusted.
     untrusted_reports: std::collections::BTreeSet<NodeId>,
     /// What the predecessor held when it brought us in sync: queries wait for it.
@@ -237,7 +233,6 @@ impl Chain {
             synced: false,
             catchup_to: 0,
             trusted: true,
-            fresh: true,
             untrusted_reports: Default::default(),
             succ_synced: false,
             succ_have: 0,
@@ -316,18 +311,14 @@ impl Chain {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::Alive { epoch, suspects, pending, trusted, stable, have } => {
-                self.check_committed(ctx, epoch, stable, have);
+            Msg::Alive { epoch, suspects, pending, trusted } => {
                 self.on_alive(ctx, from, epoch, suspects, pending, trusted)
             }
             Msg::ConfigReq => {
                 let cfg = self.cfg.clone();
-                ctx.send(from, &Msg::Decided { cfg, stable: self.stable, have: self.last });
+                ctx.send(from, &Msg::Decided { cfg });
             }
-            Msg::Decided { cfg, stable, have } => {
-                self.check_committed(ctx, cfg.epoch, stable, have);
-                self.learn(ctx, cfg)
-            }
+            Msg::Decided { cfg } => self.learn(ctx, cfg),
             Msg::Prepare { ballot, epoch } => self.on_prepare(ctx, from, ballot, epoch),
             Msg::Promise { ballot, epoch, accepted } => self.on_promise(ctx, from, ballot, epoch, accepted),
             Msg::Accept { ballot, cfg } => self.on_accept(ctx, from, ballot, cfg),
@@ -365,7 +356,7 @@ impl Chain {
             ctx.send(from, &Msg::ConfigReq);
         } else if epoch < self.cfg.epoch {
             let cfg = self.cfg.clone();
-            ctx.send(from, &Msg::Decided { cfg, stable: self.stable, have: self.last });
+            ctx.send(from, &Msg::Decided { cfg });
         }
         epoch == self.cfg.epoch
     }
@@ -383,7 +374,6 @@ impl Protocol for Chain {
     fn recover(&mut self, ctx: &mut Ctx<'_>, records: Vec<Bytes>) {
         self.started = ctx.now;
         self.installed_at = ctx.now;
-        self.fresh = records.is_empty();
         for bytes in records {
             let Ok(rec) = decode::<Record>(&bytes) else { continue };
             match rec {
@@ -441,7 +431,7 @@ impl Protocol for Chain {
         self.stable_persisted = self.stable;
         // A restarted replica may have granted a lease it no longer remembers.
         self.grantor = Grantor::after_restart(ctx.now, &self.lease);
-        self.synced = self.is_head() && self.trusted && !self.fresh;
+        self.synced = self.is_head() && self.trusted;
         ctx.set_timer(TIMER_TICK, self.heartbeat);
     }
 

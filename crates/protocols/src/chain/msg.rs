@@ -61,21 +61,12 @@ pub enum Msg {
         /// The sender's history is a prefix-consistent copy (it has not been outside the
         /// chain since its last sync): only such a node may become head.
         trusted: bool,
-        /// The highest update the sender knows the tail processed (its `stable`): every
-        /// trusted node holds it, so a receiver holding less has lost committed updates (its
-        /// disk was wiped) and is not trusted (config.rs, `check_committed`).
-        stable: u64,
-        /// The highest update the sender holds (`last`).
-        have: u64,
     },
     /// "Send me your configuration" (the sender saw a newer epoch).
     ConfigReq,
     /// A chosen configuration.
     Decided {
         cfg: Config,
-        /// The sender's `stable` and `last`, as in `Alive`.
-        stable: u64,
-        have: u64,
     },
     // --- the configuration group: one Paxos instance per epoch (config.rs) ---
     Prepare {

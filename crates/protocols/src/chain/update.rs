@@ -282,7 +282,7 @@ impl Chain {
 
     /// A new configuration is in effect here: reset the per-epoch state of the data path.
     pub(super) fn enter_epoch(&mut self, ctx: &mut Ctx<'_>) {
-        self.synced = self.is_head() && self.trusted && !self.fresh;
+        self.synced = self.is_head() && self.trusted;
         self.succ_synced = false;
         self.succ_have = 0;
         self.sent_upto = 0;
