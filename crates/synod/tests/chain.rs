@@ -171,7 +171,7 @@ async fn chain_repairs_itself_after_head_tail_middle_and_partition() {
     wait_chain(dir, &others, "head cut off", |c| !c.contains(&head)).await;
     put_some(&mut client, &mut acked, "partition", 10).await;
     fault(dir, &["heal"]);
-    chain = wait_whole(dir, 3, "partition healed").await;
+    wait_whole(dir, 3, "partition healed").await;
     assert_all_readable(&mut client, &acked, "partition healed").await;
 
     // Crash-wipe (a node restarting with an empty disk) is not exercised here: the rule that
