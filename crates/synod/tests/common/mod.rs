@@ -29,9 +29,25 @@ pub fn test_params() -> ProtocolParams {
     }
 }
 
-/// `n` distinct free ports (bound together, then released just before use).
+/// `n` distinct free ports (bound together, then released just before use), below Linux's
+/// ephemeral range (32768..): a port the OS handed out for `:0` is in that range, where the
+/// replicas' own outgoing peer connections take their local ports, so one of them could take
+/// a listener's port before the replica bound it ("Address already in use", seen in CI).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() ^ std::process::id();
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
+    for attempt in 0..12_000u32 {
+        if listeners.len() == n {
+            break;
+        }
+        // 7919 is prime to 12,000: the attempts visit distinct ports.
+        let port = 20_000 + (seed.wrapping_add(attempt.wrapping_mul(7919)) % 12_000) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
+    assert_eq!(listeners.len(), n, "no {n} free ports in 20000..32000");
     listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
